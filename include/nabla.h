@@ -1,0 +1,12 @@
+/* nabla.h: the whole public API of nabla, a deep learning framework in C.
+ * Conventions (ownership, errors, scopes) are in nabla/core.h. */
+#ifndef NABLA_H
+#define NABLA_H
+
+#include "nabla/core.h"
+#include "nabla/tensor.h"
+#include "nabla/ops.h"
+#include "nabla/autograd.h"
+#include "nabla/io.h"
+
+#endif

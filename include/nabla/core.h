@@ -1,0 +1,148 @@
+/* nabla/core.h: status codes, errors, dtypes, devices, threads and scopes.
+ *
+ * Conventions that hold across the whole API (read these once):
+ *  - Functions that create a tensor return `nb_tensor *`: a NEW reference on success and NULL on
+ *    failure. On failure nb_last_error() holds a message naming the op and the values involved.
+ *  - Functions that do not create a tensor return an nb_status (NB_OK == 0 on success).
+ *  - Ownership: a returned reference belongs to the innermost open scope of the calling thread
+ *    (nb_scope_begin), which releases it at nb_scope_end. With no scope open it belongs to the
+ *    caller, who releases it with nb_tensor_free(). nb_tensor_retain() always gives a reference the
+ *    caller owns, whether a scope is open or not: use it to keep a tensor past a scope's end.
+ *  - Input tensors are borrowed: a function never releases the tensors passed to it.
+ *  - Every destructor accepts NULL. Every out-parameter is set (to NULL on failure).
+ *  - Thread safety: distinct tensors may be used from distinct threads. Errors, scopes and the
+ *    grad mode are per thread. The thread count is process-wide.
+ */
+#ifndef NABLA_CORE_H
+#define NABLA_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define NB_API
+#else
+#define NB_API __attribute__((visibility("default")))
+#endif
+
+#define NB_VERSION_MAJOR 0
+#define NB_VERSION_MINOR 1
+#define NB_VERSION_PATCH 0
+#define NB_MAX_DIMS 8
+
+/* ---- status and errors ------------------------------------------------------------------- */
+
+typedef enum nb_status {
+    NB_OK = 0,
+    NB_ERR_INVALID_ARG, /* a bad argument: NULL, out-of-range dim, bad value */
+    NB_ERR_SHAPE,       /* shapes that do not fit together */
+    NB_ERR_DTYPE,       /* a dtype the op does not accept */
+    NB_ERR_DEVICE,      /* a device not built in, not present, or two devices mixed */
+    NB_ERR_OOM,         /* out of host or device memory */
+    NB_ERR_IO,          /* a file could not be read or written */
+    NB_ERR_FORMAT,      /* a file's contents are malformed */
+    NB_ERR_UNSUPPORTED, /* the op has no kernel for this device or dtype */
+    NB_ERR_AUTOGRAD,    /* a misuse of autograd (second backward, modified saved tensor...) */
+    NB_ERR_INTERNAL     /* a bug in nabla */
+} nb_status;
+
+/* The message of the last failure on the calling thread ("" if none). Valid until the next
+ * failing call on this thread. */
+NB_API const char *nb_last_error(void);
+/* The status of the last failure on the calling thread (NB_OK if none). */
+NB_API nb_status nb_last_status(void);
+NB_API void nb_clear_error(void);
+NB_API const char *nb_status_name(nb_status s);
+NB_API const char *nb_version(void);
+
+/* ---- dtypes -------------------------------------------------------------------------------- */
+
+typedef enum nb_dtype {
+    NB_FLOAT32 = 0,
+    NB_FLOAT64,
+    NB_INT64,
+    NB_INT32,
+    NB_UINT8,
+    NB_BOOL,
+    NB_FLOAT16,  /* reserved for the CUDA backend; CPU ops reject it */
+    NB_BFLOAT16, /* reserved for the CUDA backend; CPU ops reject it */
+    NB_DTYPE_COUNT
+} nb_dtype;
+
+NB_API size_t nb_dtype_size(nb_dtype dt);
+/* PyTorch's name: "float32", "int64", "bool"... ("?" for an invalid value). */
+NB_API const char *nb_dtype_name(nb_dtype dt);
+NB_API bool nb_dtype_is_floating(nb_dtype dt);
+/* The dtype PyTorch's type promotion gives for an op on tensors of dtypes a and b. */
+NB_API nb_dtype nb_promote_types(nb_dtype a, nb_dtype b);
+
+/* ---- devices ------------------------------------------------------------------------------- */
+
+typedef enum nb_device_type { NB_DEVICE_CPU = 0, NB_DEVICE_CUDA = 1, NB_DEVICE_TYPE_COUNT } nb_device_type;
+
+typedef struct nb_device {
+    nb_device_type type;
+    int index; /* 0 for the CPU */
+} nb_device;
+
+/* Parses "cpu", "cuda", "cuda:N" or "auto" (a GPU when one is present, else the CPU). Fails with
+ * NB_ERR_DEVICE when the device is not built in or not present; *out is the CPU then. */
+NB_API nb_status nb_device_parse(const char *s, nb_device *out);
+NB_API nb_device nb_cpu(void);
+NB_API bool nb_device_equal(nb_device a, nb_device b);
+/* Writes "cpu" or "cuda:N" into buf (snprintf semantics); returns the length. */
+NB_API int nb_device_str(nb_device d, char *buf, size_t size);
+/* NB_OK when the device is built in and present, else NB_ERR_DEVICE with a message. */
+NB_API nb_status nb_device_check(nb_device d);
+NB_API bool nb_cuda_is_available(void);
+NB_API int nb_cuda_device_count(void);
+/* Waits for all queued work on the device (a no-op on the CPU). */
+NB_API nb_status nb_device_synchronize(nb_device d);
+
+/* ---- threads ------------------------------------------------------------------------------- */
+
+/* One thread count for all CPU work: nabla's kernels, OpenBLAS and oneDNN. The default is
+ * NABLA_NUM_THREADS, else OMP_NUM_THREADS, else the number of cores. n < 1 is an error. */
+NB_API nb_status nb_set_num_threads(int n);
+NB_API int nb_get_num_threads(void);
+
+/* ---- scopes -------------------------------------------------------------------------------- */
+
+typedef struct nb_scope nb_scope;
+
+/* Opens a scope on the calling thread: every tensor reference returned to this thread until the
+ * matching nb_scope_end belongs to it. Scopes nest. Returns NULL only when out of memory. */
+NB_API nb_scope *nb_scope_begin(void);
+/* Releases every reference the scope owns and closes it (and any scope opened inside it and
+ * not yet closed). NULL is a no-op. */
+NB_API void nb_scope_end(nb_scope *s);
+/* Like nb_scope_end, but `keep` (a tensor the scope owns or any live tensor) survives: one
+ * reference to it moves to the enclosing scope, or to the caller when there is none. Returns
+ * keep. */
+struct nb_tensor;
+NB_API struct nb_tensor *nb_scope_end_keep(nb_scope *s, struct nb_tensor *keep);
+
+/* ---- host memory ----------------------------------------------------------------------------- */
+
+/* The CPU keeps freed buffers of 64 KiB and more for reuse (freeing them to the OS every step
+ * costs page faults). This returns the cached ones to the OS. */
+NB_API void nb_cpu_empty_cache(void);
+
+typedef struct nb_memory_stats {
+    size_t allocated;      /* bytes in live tensors' storage */
+    size_t reserved;       /* allocated plus cached */
+    size_t peak_allocated; /* the largest `allocated` seen */
+    uint64_t n_allocs;     /* allocations that reached the system allocator */
+} nb_memory_stats;
+
+NB_API nb_status nb_memory_stats_get(nb_device d, nb_memory_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,96 @@
+/* Internal: autograd nodes, how ops record them, and the backward-rule table. */
+#ifndef NB_AUTOGRAD_IMPL_H
+#define NB_AUTOGRAD_IMPL_H
+
+#include "core/dispatch_impl.h"
+
+#define NB_NODE_MAX_INPUTS 3
+#define NB_NODE_MAX_SAVED 4
+
+/* Where one input's gradient goes: the node that made it, or the leaf that accumulates it. */
+typedef struct nb_edge {
+    struct nb_node *fn; /* owned reference; NULL when the input is a leaf or needs no grad */
+    int input_nr;       /* which output of fn */
+    nb_tensor *leaf;    /* owned reference to a leaf that requires grad */
+    /* The input's metadata: the engine reduces a broadcast gradient to this shape and casts it
+     * to this dtype before passing it on. */
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    nb_dtype dtype;
+    nb_device device;
+} nb_edge;
+
+typedef struct nb_saved {
+    nb_tensor *t;     /* a detached alias (shares storage, no grad_fn: no cycles) */
+    uint64_t version; /* the storage version when saved */
+} nb_saved;
+
+typedef struct nb_node {
+    atomic_int refcount;
+    nb_op op;
+    int n_inputs;
+    nb_edge next[NB_NODE_MAX_INPUTS];
+    int n_saved;
+    nb_saved saved[NB_NODE_MAX_SAVED];
+    bool released; /* saved tensors freed by a backward without NB_RETAIN_GRAPH */
+    /* op parameters for the rule */
+    double s0, s1;
+    int64_t i0, i1;
+    uint32_t dim_mask;
+    bool flag;
+    int ndim_out;
+    int64_t shape_out[NB_MAX_DIMS];
+    /* op-specific extra data owned by the node (freed with free()) */
+    void *extra;
+    /* CopySlices: the node of the op applied to the view, and the view's geometry in the base's
+     * storage. */
+    struct nb_node *inner;
+    int view_ndim;
+    int64_t view_shape[NB_MAX_DIMS], view_strides[NB_MAX_DIMS], view_offset;
+} nb_node;
+
+/* A backward rule: given the gradient of the node's output, computes grad_in[i] for each input
+ * i with node->next[i] needing one (others may be left NULL). Rules are written with the public
+ * ops (the engine runs them inside a scope with grad mode off, so they release nothing) and set
+ * grad_in[i] to tensors from those ops. A gradient may have the broadcast shape of the forward
+ * op: the engine sums it down to the input's shape. Failures return a status with the error set. */
+typedef nb_status (*nb_backward_fn)(nb_node *node, nb_tensor *grad_out, nb_tensor **grad_in);
+
+/* The rule table, keyed by op (NULL: not differentiable). Each rules_*.c file defines its rules
+ * as nb__bw_<id> (e.g. nb__bw_ADD); the table is built from ops.def with weak references. */
+nb_backward_fn nb__backward_rule(nb_op op);
+
+/* ---- recording (used by op entry points) ------------------------------------------------- */
+
+/* True when grad mode is on and any of the n inputs requires grad. */
+bool nb__needs_grad(const nb_tensor *const *inputs, int n);
+/* A node for op with edges to the n inputs (NULL inputs allowed: no edge). NULL on OOM. */
+nb_node *nb__node_new(nb_op op, const nb_tensor *const *inputs, int n);
+/* Saves t (may be NULL) in slot i: a detached alias and the storage's version. */
+nb_status nb__node_save(nb_node *node, int i, const nb_tensor *t);
+/* The saved tensor of slot i, checking the version; NULL with NB_ERR_AUTOGRAD when it was
+ * modified in place since, or when the graph was already freed. Borrowed (owned by the node). */
+nb_tensor *nb__node_saved(nb_node *node, int i);
+/* Makes out the output of node (takes over the caller's reference to node). */
+void nb__set_grad_fn(nb_tensor *out, nb_node *node);
+void nb__node_release(nb_node *node);
+bool nb__edge_needs_grad(const nb_node *node, int i);
+
+/* Convenience for the common case: if grad is needed for inputs, makes a node for op, saves the
+ * `n_save` tensors `save`, and attaches it to out. Returns the node (owned by out; may be used
+ * to set parameters right after) or NULL when no grad is needed; on OOM returns NULL with
+ * *status set. */
+nb_node *nb__record(nb_op op, nb_tensor *out, const nb_tensor *const *inputs, int n,
+                    const nb_tensor *const *save, int n_save, nb_status *status);
+
+/* In-place autograd: after out-of-place `result` (with its history) was computed from `self`,
+ * copies result's values into self and makes self's history continue from result's, including
+ * for a view (CopySlices on its base). Checks leaves and expanded tensors. */
+nb_status nb__inplace_commit(nb_tensor *self, nb_tensor *result);
+/* The errors an in-place op must raise before doing anything: a leaf that requires grad (or a
+ * view of one) with grad mode on, or a tensor with overlapping (expanded) memory. */
+nb_status nb__inplace_check(const char *op, const nb_tensor *self);
+/* Whether an in-place op on self with these other inputs must go through autograd. */
+bool nb__inplace_needs_grad(const nb_tensor *self, const nb_tensor *const *others, int n);
+
+#endif

@@ -1,0 +1,59 @@
+/* Internal: the op enum, kernel arguments and the per-device table every op dispatches through. */
+#ifndef NB_DISPATCH_IMPL_H
+#define NB_DISPATCH_IMPL_H
+
+#include "core/tensor_impl.h"
+
+typedef enum nb_op {
+#define X(id, name, family) NB_OP_##id,
+#include "core/ops.def"
+#undef X
+    NB_OP_COUNT
+} nb_op;
+
+/* PyTorch's name of the op ("add"). */
+const char *nb__op_name(nb_op op);
+
+/* The arguments of one kernel call. Each family says in ops.def which fields it reads. Inputs
+ * and outputs are on the backend's device; outputs are allocated by the caller with their final
+ * shape and dtype. Elementwise kernels broadcast inputs to out's shape; reductions take `out` in
+ * keepdim form (reduced dims of size 1). */
+typedef struct nb_kargs {
+    nb_tensor *out;
+    nb_tensor *out2;
+    const nb_tensor *in[3];
+    double s0, s1;
+    int64_t i0, i1;
+    uint32_t dim_mask; /* reductions: bit d set = reduce dim d */
+    bool flag;
+    uint64_t seed, offset; /* random: Philox key and the first counter */
+} nb_kargs;
+
+typedef nb_status (*nb_kernel_fn)(nb_op op, const nb_kargs *a);
+
+/* A device's table. Slots left NULL are ops the device does not support: dispatching one is an
+ * NB_ERR_UNSUPPORTED error naming the op and the device. */
+typedef struct nb_backend {
+    const char *name;
+    int (*device_count)(void);
+    void *(*alloc)(int index, size_t nbytes); /* NULL when out of memory (error set) */
+    void (*free)(int index, void *p, size_t nbytes);
+    /* Copies between this device and host memory, or within the device. */
+    nb_status (*copy_to_host)(int index, void *dst, const void *src, size_t nbytes);
+    nb_status (*copy_from_host)(int index, void *dst, const void *src, size_t nbytes);
+    nb_status (*synchronize)(int index);
+    nb_status (*memory_stats)(int index, nb_memory_stats *out);
+    nb_kernel_fn kernels[NB_OP_COUNT];
+} nb_backend;
+
+/* The table of d's type, or NULL with an NB_ERR_DEVICE error when not built in or not present. */
+const nb_backend *nb__backend(nb_device d);
+/* Runs op's kernel on the device of a->out (or a->in[0] when there is no out). */
+nb_status nb__dispatch(nb_op op, const nb_kargs *a);
+
+extern const nb_backend nb__cpu_backend;
+#ifdef NB_HAVE_CUDA
+extern const nb_backend nb__cuda_backend;
+#endif
+
+#endif

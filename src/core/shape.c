@@ -1,0 +1,102 @@
+/* Geometry helpers: numel, strides, dims, broadcasting, and the device check of op inputs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/tensor_impl.h"
+
+int64_t nb__numel(const int64_t *shape, int ndim)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    return n;
+}
+
+void nb__contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 1 ? shape[i] : 1;
+    }
+}
+
+bool nb__is_contiguous(const nb_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (t->strides[i] != s) return false;
+        s *= t->shape[i];
+    }
+    return true;
+}
+
+nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out)
+{
+    int64_t n = ndim > 0 ? ndim : 1;
+    if (dim < -n || dim >= n)
+        return nb__err(NB_ERR_INVALID_ARG, "%s: dim %lld out of range for a tensor of %d dims", op,
+                       (long long)dim, ndim);
+    *out = dim < 0 ? dim + n : dim;
+    return NB_OK;
+}
+
+const char *nb__shape_str(const int64_t *shape, int ndim, char *buf)
+{
+    size_t pos = 0;
+    buf[pos++] = '[';
+    for (int i = 0; i < ndim && pos < NB_SHAPE_STR_MAX - 24; i++)
+        pos += (size_t)snprintf(buf + pos, NB_SHAPE_STR_MAX - pos, i ? ", %lld" : "%lld",
+                                (long long)shape[i]);
+    snprintf(buf + pos, NB_SHAPE_STR_MAX - pos, "]");
+    return buf;
+}
+
+nb_status nb__broadcast_shapes(const char *op, const int64_t *a, int na, const int64_t *b, int nb,
+                               int64_t *out, int *nout)
+{
+    int n = na > nb ? na : nb;
+    int64_t res[NB_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char sa[NB_SHAPE_STR_MAX], sb[NB_SHAPE_STR_MAX];
+            return nb__err(NB_ERR_SHAPE,
+                           "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)", op,
+                           nb__shape_str(a, na, sa), nb__shape_str(b, nb, sb), i, (long long)da,
+                           (long long)db);
+        }
+        res[i] = da == 1 ? db : da;
+    }
+    memcpy(out, res, (size_t)n * sizeof *res);
+    *nout = n;
+    return NB_OK;
+}
+
+void nb__broadcast_strides(const nb_tensor *t, const int64_t *shape, int ndim, int64_t *strides)
+{
+    int off = ndim - t->ndim;
+    for (int i = 0; i < ndim; i++) {
+        int it = i - off;
+        strides[i] = (it < 0 || (t->shape[it] == 1 && shape[i] != 1)) ? 0 : t->strides[it];
+    }
+}
+
+nb_status nb__check_inputs(const char *op, const nb_tensor *const *ts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) return nb__err(NB_ERR_INVALID_ARG, "%s: tensor argument %d is NULL", op, i);
+    for (int i = 1; i < n; i++) {
+        if (!nb_device_equal(ts[i]->storage->device, ts[0]->storage->device)) {
+            char d0[48], d1[48];
+            nb_device_str(ts[0]->storage->device, d0, sizeof d0);
+            nb_device_str(ts[i]->storage->device, d1, sizeof d1);
+            return nb__err(NB_ERR_DEVICE,
+                           "%s: expected all tensors on one device, but found %s (argument 0) and %s "
+                           "(argument %d)",
+                           op, d0, d1, i);
+        }
+    }
+    return NB_OK;
+}

@@ -1,0 +1,93 @@
+/* Internal: the tensor and storage structs, and the helpers every op file uses. */
+#ifndef NB_TENSOR_IMPL_H
+#define NB_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+
+#include "nabla/nabla.h"
+#include "core/error_impl.h"
+
+struct nb_node;
+struct nb_backend;
+
+/* Memory shared by a tensor and its views. The version counter lives here, so that every view
+ * sees in-place changes made through any other. */
+typedef struct nb_storage {
+    atomic_int refcount;
+    void *data;
+    size_t nbytes;
+    nb_device device;
+    atomic_uint_fast64_t version;
+    bool borrowed; /* data is not ours to free (never set today; room for from_blob) */
+} nb_storage;
+
+struct nb_tensor {
+    atomic_int refcount;
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    int64_t strides[NB_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements */
+    nb_storage *storage;
+
+    /* autograd */
+    bool requires_grad;  /* leaves: set by the user; others: true when grad_fn is set */
+    bool retains_grad;   /* a non-leaf asked to keep its grad */
+    nb_tensor *grad;     /* owned */
+    struct nb_node *grad_fn; /* owned reference; NULL for leaves */
+    int output_nr;       /* which output of grad_fn this is */
+    /* For views: the tensor they view (owned; itself never a view), and the storage version at
+     * which grad_fn was last (re)built, so that an in-place change through the base or another
+     * view makes the view's history be rebuilt from the base's. */
+    nb_tensor *base;
+    uint64_t view_version;
+};
+
+/* ---- construction (internal: these return caller-owned references, never scope-tracked) --- */
+
+nb_storage *nb__storage_new(size_t nbytes, nb_device device); /* error set on failure */
+void nb__storage_release(nb_storage *s);
+/* A contiguous tensor with fresh, uninitialised storage. */
+nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
+/* A tensor struct over t's storage with the given geometry (a view: base set, no autograd). */
+nb_tensor *nb__tensor_alias(const nb_tensor *t, const int64_t *shape, const int64_t *strides,
+                            int ndim, int64_t offset);
+/* Registers a new reference in the current scope (if any) and returns it: every public function
+ * returning a tensor ends with `return nb__track(t);`. NULL passes through. */
+nb_tensor *nb__track(nb_tensor *t);
+/* Drops a reference obtained from an internal (untracked) constructor. */
+void nb__release(nb_tensor *t);
+
+/* ---- geometry ----------------------------------------------------------------------------- */
+
+int64_t nb__numel(const int64_t *shape, int ndim);
+void nb__contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
+bool nb__is_contiguous(const nb_tensor *t);
+/* Wraps a possibly negative dim into [0, ndim); sets an error naming op on failure. ndim 0
+ * accepts -1 and 0, as PyTorch does for scalars. */
+nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out);
+/* The broadcast shape of a and b; error naming op on a mismatch. */
+nb_status nb__broadcast_shapes(const char *op, const int64_t *a, int na, const int64_t *b, int nb,
+                               int64_t *out, int *nout);
+/* Strides of t viewed as `shape` by broadcasting (0 for expanded dims). */
+void nb__broadcast_strides(const nb_tensor *t, const int64_t *shape, int ndim, int64_t *strides);
+/* Formats "[2, 3]" into buf (a small static-size buffer is enough: NB_SHAPE_STR_MAX). */
+#define NB_SHAPE_STR_MAX 200
+const char *nb__shape_str(const int64_t *shape, int ndim, char *buf);
+/* The address of the first element (CPU). */
+static inline char *nb__data(const nb_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)nb_dtype_size(t->dtype);
+}
+
+/* ---- checks shared by ops ------------------------------------------------------------------- */
+
+/* All n tensors non-NULL and on one device; error names op and both devices otherwise. */
+nb_status nb__check_inputs(const char *op, const nb_tensor *const *ts, int n);
+/* The storage version bump every in-place change does. */
+static inline void nb__bump_version(nb_tensor *t)
+{
+    atomic_fetch_add(&t->storage->version, 1);
+}
+
+#endif

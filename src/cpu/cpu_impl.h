@@ -1,0 +1,79 @@
+/* Internal: the CPU device's helpers: strided iteration, threading, kernel declarations. */
+#ifndef NB_CPU_IMPL_H
+#define NB_CPU_IMPL_H
+
+#include "core/dispatch_impl.h"
+
+/* Below this many elements an op runs on one thread: splitting costs more than it gains. */
+#define NB_CPU_GRAIN 32768
+
+#define NB_ITER_MAX_OPS 4
+
+/* Calls loop(ptrs, strides, n, ctx) over runs of elements. ptrs[k] is operand k's address for
+ * the run's first element, strides[k] its stride in BYTES along the run (0 for a broadcast
+ * operand), n the run's length. Operand 0 is out, operands 1.. are the inputs broadcast to out's
+ * shape. A run is contiguous for an operand when its stride equals its element size: loops test
+ * that to take a vectorisable path. */
+typedef void (*nb_cpu_loop_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+
+typedef struct nb_cpu_iter {
+    int nops;
+    int ndim;                                 /* after coalescing; >= 1 */
+    int64_t shape[NB_MAX_DIMS];               /* shape[ndim-1] is the run */
+    int64_t strides[NB_ITER_MAX_OPS][NB_MAX_DIMS]; /* bytes */
+    char *base[NB_ITER_MAX_OPS];
+    int64_t numel;
+} nb_cpu_iter;
+
+/* Builds an iterator over `shape` for operands given by base address and byte strides (strides
+ * already broadcast: 0 on expanded dims). Coalesces dims that are contiguous in every operand. */
+void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops, char *const *base,
+                      const int64_t (*strides)[NB_MAX_DIMS]);
+/* Builds the iterator for out and inputs broadcast to out's shape (dtypes may differ). */
+void nb_cpu_iter_elementwise(nb_cpu_iter *it, nb_tensor *out, const nb_tensor *const *in, int n_in);
+/* Runs loop over the iterator, in parallel when numel >= grain (grain 0: NB_CPU_GRAIN). */
+void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int64_t grain);
+
+/* The number of threads to use for `work` units of which `grain` are worth one thread. */
+int nb_cpu_threads_for(int64_t work, int64_t grain);
+
+/* Host memory for tensors: a caching allocator (see alloc.c). */
+void *nb_cpu_alloc(size_t nbytes);
+void nb_cpu_free(void *p, size_t nbytes);
+
+/* The families' kernels (ops.def's third column), one file each in src/cpu/ops/. */
+nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_fill(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_random(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_unary(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_where(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_softmax(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_cumsum(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_gemm(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_index(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_sort(nb_op op, const nb_kargs *a);
+
+/* Generic per-dtype dispatch for kernels: expands BODY with `T` as the C type of dt. */
+#define NB_CPU_DISPATCH_ALL(dt, BODY)                                                           \
+    switch (dt) {                                                                                \
+    case NB_FLOAT32: { typedef float T; BODY; } break;                                           \
+    case NB_FLOAT64: { typedef double T; BODY; } break;                                          \
+    case NB_INT64: { typedef int64_t T; BODY; } break;                                           \
+    case NB_INT32: { typedef int32_t T; BODY; } break;                                           \
+    case NB_UINT8: { typedef uint8_t T; BODY; } break;                                           \
+    case NB_BOOL: { typedef bool T; BODY; } break;                                               \
+    default: return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported on the CPU",           \
+                            nb__op_name(op), nb_dtype_name(dt));                                 \
+    }
+
+#define NB_CPU_DISPATCH_FLOAT(dt, BODY)                                                         \
+    switch (dt) {                                                                                \
+    case NB_FLOAT32: { typedef float T; BODY; } break;                                           \
+    case NB_FLOAT64: { typedef double T; BODY; } break;                                          \
+    default: return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)",\
+                            nb__op_name(op), nb_dtype_name(dt));                                 \
+    }
+
+#endif

@@ -1,0 +1,56 @@
+/* The test support library: reference values from PyTorch, tensor comparison, non-contiguous
+ * copies, finite-difference gradient checks, and error checks. Tests use cmocka; include this
+ * after <setjmp.h>, <stdarg.h>, <stddef.h> and <cmocka.h> (it includes them itself). */
+#ifndef NBTEST_H
+#define NBTEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "nabla.h"
+
+/* Fails the test with nb_last_error() when x is NULL / not NB_OK. */
+#define NBT_CHECK(x) nbt_check_ptr((x), #x, __FILE__, __LINE__)
+#define NBT_OK(x) nbt_check_ok((x), #x, __FILE__, __LINE__)
+void *nbt_check_ptr(void *p, const char *expr, const char *file, int line);
+void nbt_check_ok(nb_status s, const char *expr, const char *file, int line);
+
+/* Asserts that a call failed with `status` and that nb_last_error() contains every one of the
+ * NULL-terminated substrings. Use: NBT_FAILS(nb_add(a, b) == NULL, NB_ERR_SHAPE, "add", "[2, 3]", NULL) */
+#define NBT_FAILS(failed, status, ...) nbt_fails((failed), (status), __FILE__, __LINE__, __VA_ARGS__)
+void nbt_fails(int failed, nb_status status, const char *file, int line, ...);
+
+/* The reference file $NB_REF_DIR/<family>.safetensors written by tests/ref/cases_<family>.py.
+ * Fails the test (never skips) when it is missing: the ref_gen fixture must have made it. */
+nb_tensor_map *nbt_load_ref(const char *family);
+/* The tensor `<prefix>/<key>` of a reference map (NULL when absent). Scope-tracked. */
+nb_tensor *nbt_ref(const nb_tensor_map *m, const char *prefix, const char *key);
+/* Names of the cases in a map: the distinct prefixes before the last '/'. Returns the count and
+ * fills out (malloc'd strings in a malloc'd array; free with nbt_free_names). */
+int nbt_case_names(const nb_tensor_map *m, char ***out);
+void nbt_free_names(char **names, int n);
+
+/* Asserts got and want have the same shape and |got - want| <= atol + rtol |want| everywhere
+ * (values compared in float64; NaNs must match). `what` names the comparison in the failure. */
+void nbt_assert_close(const nb_tensor *got, const nb_tensor *want, double rtol, double atol,
+                      const char *what);
+/* Same values and shape as t, laid out non-contiguously (a strided slice of a larger buffer). */
+nb_tensor *nbt_noncontig(const nb_tensor *t);
+/* t with requires_grad set (a new leaf: a copy). */
+nb_tensor *nbt_leaf(const nb_tensor *t);
+
+/* A function of n tensors for gradient checks. Returns a tensor (scope-tracked) or NULL. */
+typedef nb_tensor *(*nbt_fn)(nb_tensor *const *inputs, int n, void *ctx);
+/* Checks the gradient of every floating input of f (float64 inputs) against central finite
+ * differences: sum(f(x) * w) for a fixed random w is differentiated analytically with nb_backward
+ * and numerically with step eps. Fails the test when |analytic - numeric| > atol + rtol |numeric|. */
+void nbt_gradcheck(nbt_fn f, void *ctx, nb_tensor *const *inputs, int n, double eps, double atol,
+                   double rtol, const char *what);
+
+/* Runs the cmocka group; returns cmocka's status (0 when all pass). */
+#define NBT_RUN(tests) cmocka_run_group_tests(tests, NULL, NULL)
+
+#endif
