@@ -4,7 +4,6 @@
 
 #include "core/dispatch_impl.h"
 
-#define NB_NODE_MAX_INPUTS 3
 #define NB_NODE_MAX_SAVED 4
 
 /* Where one input's gradient goes: the node that made it, or the leaf that accumulates it. */
@@ -29,7 +28,7 @@ typedef struct nb_node {
     atomic_int refcount;
     nb_op op;
     int n_inputs;
-    nb_edge next[NB_NODE_MAX_INPUTS];
+    nb_edge *next; /* n_inputs edges */
     int n_saved;
     nb_saved saved[NB_NODE_MAX_SAVED];
     bool released; /* saved tensors freed by a backward without NB_RETAIN_GRAPH */
@@ -47,10 +46,16 @@ typedef struct nb_node {
     struct nb_node *inner;
     int view_ndim;
     int64_t view_shape[NB_MAX_DIMS], view_strides[NB_MAX_DIMS], view_offset;
+    /* The engine's per-backward state (a graph is walked by one backward at a time). */
+    int deps;
+    bool seen;
+    nb_tensor *grad_buf;
+    /* A non-leaf output that asked to keep its gradient (weak: cleared when it is freed). */
+    nb_tensor *retain_target;
 } nb_node;
 
 /* A backward rule: given the gradient of the node's output, computes grad_in[i] for each input
- * i with node->next[i] needing one (others may be left NULL). Rules are written with the public
+ * i with node->next[i] needing one (others may be left NULL; grad_in has n_inputs slots). Rules are written with the public
  * ops (the engine runs them inside a scope with grad mode off, so they release nothing) and set
  * grad_in[i] to tensors from those ops. A gradient may have the broadcast shape of the forward
  * op: the engine sums it down to the input's shape. Failures return a status with the error set. */
@@ -83,14 +88,20 @@ bool nb__edge_needs_grad(const nb_node *node, int i);
 nb_node *nb__record(nb_op op, nb_tensor *out, const nb_tensor *const *inputs, int n,
                     const nb_tensor *const *save, int n_save, nb_status *status);
 
-/* In-place autograd: after out-of-place `result` (with its history) was computed from `self`,
- * copies result's values into self and makes self's history continue from result's, including
- * for a view (CopySlices on its base). Checks leaves and expanded tensors. */
-nb_status nb__inplace_commit(nb_tensor *self, nb_tensor *result);
+/* In-place autograd: after out-of-place `result` (with its history) was computed, copies result's
+ * values into self and makes self's history continue from result's, including for a view
+ * (CopySlices on its base). self_is_input0: result's node has self's old value as input 0 (as
+ * for add_), not as for copy_. Call nb__inplace_check first. */
+nb_status nb__inplace_commit(nb_tensor *self, nb_tensor *result, bool self_is_input0);
 /* The errors an in-place op must raise before doing anything: a leaf that requires grad (or a
  * view of one) with grad mode on, or a tensor with overlapping (expanded) memory. */
 nb_status nb__inplace_check(const char *op, const nb_tensor *self);
 /* Whether an in-place op on self with these other inputs must go through autograd. */
 bool nb__inplace_needs_grad(const nb_tensor *self, const nb_tensor *const *others, int n);
+/* Refreshes a view's history when its base was changed in place since it was built; returns
+ * t's grad_fn (NULL for a leaf). */
+nb_node *nb__view_refresh(nb_tensor *t);
+/* A node viewing `base` with t's geometry (as_strided), with an edge to base's history. */
+nb_node *nb__as_strided_node(nb_tensor *base, const nb_tensor *view);
 
 #endif

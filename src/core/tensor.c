@@ -106,6 +106,7 @@ nb_tensor *nb__tensor_alias(const nb_tensor *src, const int64_t *shape, const in
 void nb__release(nb_tensor *t)
 {
     if (!t || atomic_fetch_sub(&t->refcount, 1) != 1) return;
+    if (t->grad_fn && t->grad_fn->retain_target == t) t->grad_fn->retain_target = NULL;
     nb__storage_release(t->storage);
     nb__release(t->grad);
     nb__node_release(t->grad_fn);

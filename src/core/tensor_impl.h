@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "nabla/nabla.h"
+#include "nabla.h"
 #include "core/error_impl.h"
 
 struct nb_node;

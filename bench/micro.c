@@ -1,0 +1,229 @@
+/* nabla_micro: the core micro-benchmark (sgemm, add, mul, sum, softmax on float32, CPU).
+ *
+ * Each case is warmed up, then timed over at least --min-reps runs (clock_gettime MONOTONIC, one
+ * nb_scope per run so the result is released inside the timed loop, as a PyTorch loop frees it);
+ * it prints the median and the min/max of the per-run rate. bench/micro_torch.py times the same
+ * cases the same way and prints the same lines; bench/run_micro.sh puts the two side by side.
+ *
+ * Output, one CSV line per case after '#' comment lines:
+ *   impl,op,size,threads,unit,median,min,max,reps
+ * Rates: sgemm GFLOP/s (2 n^3 per run); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
+ * plus output bytes); softmax GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
+ * "nan" and the error on a '#' line, so a partial library still gives a table.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nabla/core.h"
+#include "nabla/ops.h"
+#include "nabla/tensor.h"
+
+/* OpenBLAS's own report of its version and the kernels it picked (weak: absent without it). */
+extern char *openblas_get_config(void) __attribute__((weak));
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+typedef enum { OP_MM, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX } op_kind;
+
+typedef struct bench_case {
+    op_kind kind;
+    const char *op;   /* the name printed and matched by --ops */
+    const char *size; /* printed; micro_torch.py prints the same string */
+    int64_t shape[2];
+    int ndim;
+} bench_case;
+
+static const bench_case CASES[] = {
+    {OP_MM, "sgemm", "256", {256, 256}, 2},
+    {OP_MM, "sgemm", "512", {512, 512}, 2},
+    {OP_MM, "sgemm", "1024", {1024, 1024}, 2},
+    {OP_MM, "sgemm", "2048", {2048, 2048}, 2},
+    {OP_MM, "sgemm", "4096", {4096, 4096}, 2},
+    {OP_ADD, "add", "2^22", {1 << 22}, 1},
+    {OP_ADD, "add", "2^24", {1 << 24}, 1},
+    {OP_MUL, "mul", "2^22", {1 << 22}, 1},
+    {OP_MUL, "mul", "2^24", {1 << 24}, 1},
+    {OP_SUM_ALL, "sum_all", "2^24", {1 << 24}, 1},
+    {OP_SUM_LAST, "sum_lastdim", "4096x4096", {4096, 4096}, 2},
+    {OP_SOFTMAX, "softmax", "4096x4096", {4096, 4096}, 2},
+    {OP_SOFTMAX, "softmax", "65536x128", {65536, 128}, 2},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+typedef struct options {
+    int threads;
+    int min_reps;      /* timed runs at least */
+    int max_reps;      /* timed runs at most */
+    double target_s;   /* timed runs until about this many seconds (within the two bounds) */
+    double warmup_s;   /* warm-up runs until this many seconds, and at least 2 */
+    const char *ops;   /* comma-separated op names, NULL = all */
+} options;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One run of the case on its inputs; returns the result (scope-owned) or NULL on failure. */
+static nb_tensor *run_op(const bench_case *c, nb_tensor *a, nb_tensor *b) {
+    static const int64_t last[1] = {-1};
+    switch (c->kind) {
+    case OP_MM: return nb_mm(a, b);
+    case OP_ADD: return nb_add(a, b);
+    case OP_MUL: return nb_mul(a, b);
+    case OP_SUM_ALL: return nb_sum(a, NULL, 0, false);
+    case OP_SUM_LAST: return nb_sum(a, last, 1, false);
+    case OP_SOFTMAX: return nb_softmax(a, -1);
+    }
+    return NULL;
+}
+
+/* Work per run: FLOPs for sgemm, bytes moved for the rest. */
+static double work_per_run(const bench_case *c) {
+    double n = 1.0;
+    for (int i = 0; i < c->ndim; i++) n *= (double)c->shape[i];
+    switch (c->kind) {
+    case OP_MM: return 2.0 * (double)c->shape[0] * (double)c->shape[0] * (double)c->shape[0];
+    case OP_ADD:
+    case OP_MUL: return 3.0 * 4.0 * n;
+    case OP_SUM_ALL: return 4.0 * n + 4.0;
+    case OP_SUM_LAST: return 4.0 * n + 4.0 * (double)c->shape[0];
+    case OP_SOFTMAX: return 2.0 * 4.0 * n;
+    }
+    return 0.0;
+}
+
+/* Times one run, scope included: begin, op, end. Returns seconds, or -1 on failure. */
+static double time_once(const bench_case *c, nb_tensor *a, nb_tensor *b) {
+    double t0 = now_s();
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *r = run_op(c, a, b);
+    nb_scope_end(s);
+    double t1 = now_s();
+    return r ? t1 - t0 : -1.0;
+}
+
+static void print_result(const bench_case *c, int threads, double med, double lo, double hi, int reps) {
+    printf("nabla,%s,%s,%d,%s,%.4g,%.4g,%.4g,%d\n", c->op, c->size, threads,
+           c->kind == OP_MM ? "GFLOP/s" : "GB/s", med, lo, hi, reps);
+    fflush(stdout);
+}
+
+static int bench_one(const bench_case *c, const options *o) {
+    nb_scope *outer = nb_scope_begin();
+    nb_tensor *a = nb_rand(c->shape, c->ndim, NULL);
+    nb_tensor *b = (c->kind == OP_MM || c->kind == OP_ADD || c->kind == OP_MUL)
+                       ? nb_rand(c->shape, c->ndim, NULL)
+                       : NULL;
+    int ok = a && (b || !(c->kind == OP_MM || c->kind == OP_ADD || c->kind == OP_MUL));
+    double *t = NULL;
+    int reps = 0;
+    if (ok) {
+        double w0 = now_s(), last = 0.0;
+        for (int i = 0; ok && (i < 2 || now_s() - w0 < o->warmup_s); i++) {
+            last = time_once(c, a, b);
+            ok = last >= 0.0;
+        }
+        if (ok) {
+            reps = (int)ceil(o->target_s / (last > 1e-9 ? last : 1e-9));
+            reps = reps < o->min_reps ? o->min_reps : reps > o->max_reps ? o->max_reps : reps;
+            t = malloc((size_t)reps * sizeof *t);
+            ok = t != NULL;
+        }
+        for (int i = 0; ok && i < reps; i++) {
+            t[i] = time_once(c, a, b);
+            ok = t[i] >= 0.0;
+        }
+    }
+    if (!ok) {
+        printf("# nabla %s %s: %s\n", c->op, c->size, nb_last_error());
+        print_result(c, o->threads, NAN, NAN, NAN, 0);
+    } else {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        double w = work_per_run(c) * 1e-9;
+        /* the fastest run gives the highest rate */
+        print_result(c, o->threads, w / med, w / t[reps - 1], w / t[0], reps);
+    }
+    free(t);
+    nb_scope_end(outer);
+    nb_clear_error();
+    return ok;
+}
+
+static int op_selected(const char *ops, const char *op) {
+    if (!ops) return 1;
+    size_t n = strlen(op);
+    for (const char *p = ops; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, op, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nabla_micro [--threads N] [--ops sgemm,add,mul,sum_all,sum_lastdim,softmax]\n"
+            "                   [--min-reps N] [--max-reps N] [--target-s S] [--warmup-s S]\n"
+            "Prints impl,op,size,threads,unit,median,min,max,reps per case (see bench/micro.c).\n");
+}
+
+static int parse_args(int argc, char **argv, options *o) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (options){.threads = ncpu > 0 ? (int)ncpu : 1, .min_reps = 10, .max_reps = 200,
+                   .target_s = 0.5, .warmup_s = 0.25, .ops = NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!val) goto bad;
+        if (strcmp(arg, "--threads") == 0) o->threads = atoi(val);
+        else if (strcmp(arg, "--ops") == 0) o->ops = val;
+        else if (strcmp(arg, "--min-reps") == 0) o->min_reps = atoi(val);
+        else if (strcmp(arg, "--max-reps") == 0) o->max_reps = atoi(val);
+        else if (strcmp(arg, "--target-s") == 0) o->target_s = atof(val);
+        else if (strcmp(arg, "--warmup-s") == 0) o->warmup_s = atof(val);
+        else goto bad;
+        i++;
+    }
+    if (o->threads < 1 || o->min_reps < 1 || o->max_reps < o->min_reps) goto bad;
+    return 0;
+bad:
+    usage(stderr);
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (parse_args(argc, argv, &o) != 0) return 2;
+    if (nb_set_num_threads(o.threads) != NB_OK) {
+        fprintf(stderr, "nabla_micro: %s\n", nb_last_error());
+        return 1;
+    }
+    printf("# nabla %s, threads %d\n", nb_version(), nb_get_num_threads());
+    if (openblas_get_config)
+        printf("# openblas %s, core %s, OPENBLAS_CORETYPE=%s\n", openblas_get_config(),
+               openblas_get_corename ? openblas_get_corename() : "?",
+               getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    printf("impl,op,size,threads,unit,median,min,max,reps\n");
+    nb_manual_seed(0);
+    int failed = 0;
+    for (int i = 0; i < N_CASES; i++)
+        if (op_selected(o.ops, CASES[i].op)) failed += !bench_one(&CASES[i], &o);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,211 @@
+/* The backward engine: walks the graph from a tensor in dependency order and runs each node's
+ * rule, accumulating gradients into leaves. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+
+typedef struct node_list {
+    nb_node **items;
+    size_t n, cap;
+} node_list;
+
+static nb_status list_push(node_list *l, nb_node *n)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        nb_node **items = realloc(l->items, cap * sizeof *items);
+        if (!items) return nb__err(NB_ERR_OOM, "backward: out of memory walking the graph");
+        l->items = items;
+        l->cap = cap;
+    }
+    l->items[l->n++] = n;
+    return NB_OK;
+}
+
+/* Collects every node reachable from root into `all` and counts, for each, the edges that point
+ * at it from other reachable nodes. */
+static nb_status collect(nb_node *root, node_list *all)
+{
+    node_list stack = {0};
+    nb_status st = list_push(&stack, root);
+    root->seen = true;
+    root->deps = 0;
+    while (st == NB_OK && stack.n) {
+        nb_node *n = stack.items[--stack.n];
+        st = list_push(all, n);
+        for (int i = 0; i < n->n_inputs && st == NB_OK; i++) {
+            nb_node *next = n->next[i].fn;
+            if (!next) continue;
+            if (!next->seen) {
+                next->seen = true;
+                next->deps = 0;
+                st = list_push(&stack, next);
+            }
+            next->deps++;
+        }
+    }
+    free(stack.items);
+    return st;
+}
+
+/* Sums g down to shape (undoing broadcasting) and casts it to dtype. Scope-tracked result. */
+static nb_tensor *fit_grad(nb_tensor *g, const nb_edge *e, nb_op op)
+{
+    if (g->ndim != e->ndim || memcmp(g->shape, e->shape, (size_t)e->ndim * sizeof(int64_t)) != 0) {
+        int64_t dims[NB_MAX_DIMS];
+        int nd = 0, lead = g->ndim - e->ndim;
+        if (lead < 0) goto mismatch;
+        for (int d = 0; d < g->ndim; d++) {
+            if (d < lead) dims[nd++] = d;
+            else if (e->shape[d - lead] == 1 && g->shape[d] != 1) dims[nd++] = d;
+            else if (e->shape[d - lead] != g->shape[d]) goto mismatch;
+        }
+        if (nd) {
+            g = nb_sum(g, dims, nd, true);
+            if (!g) return NULL;
+        }
+        if (g->ndim != e->ndim) g = nb_reshape(g, e->shape, e->ndim);
+        if (!g) return NULL;
+    }
+    if (g->dtype != e->dtype) g = nb_to_dtype(g, e->dtype);
+    return g;
+mismatch:;
+    char a[NB_SHAPE_STR_MAX], b[NB_SHAPE_STR_MAX];
+    return nb__err_null(NB_ERR_INTERNAL, "backward: %s gave a gradient of shape %s for an input of shape %s",
+                        nb__op_name(op), nb__shape_str(g->shape, g->ndim, a), nb__shape_str(e->shape, e->ndim, b));
+}
+
+static nb_status accumulate_leaf(nb_tensor *leaf, nb_tensor *g)
+{
+    if (!leaf->grad) {
+        nb_tensor *c = nb_clone(g);
+        if (!c) return nb_last_status();
+        leaf->grad = nb_tensor_retain(c);
+        return NB_OK;
+    }
+    return nb_add_(leaf->grad, g);
+}
+
+static nb_status add_to_buffer(nb_node *next, nb_tensor *g)
+{
+    if (!next->grad_buf) {
+        next->grad_buf = nb_tensor_retain(g);
+        return NB_OK;
+    }
+    nb_tensor *sum = nb_add(next->grad_buf, g);
+    if (!sum) return nb_last_status();
+    nb__release(next->grad_buf);
+    next->grad_buf = nb_tensor_retain(sum);
+    return NB_OK;
+}
+
+static void release_saved(nb_node *n)
+{
+    for (int i = 0; i < n->n_saved; i++) {
+        nb__release(n->saved[i].t);
+        n->saved[i].t = NULL;
+    }
+    n->released = true;
+    if (n->inner) release_saved(n->inner);
+}
+
+/* Tells the nodes n points at that one of their dependencies is done. */
+static nb_status release_deps(nb_node *n, node_list *ready)
+{
+    for (int i = 0; i < n->n_inputs; i++) {
+        nb_node *next = n->next[i].fn;
+        if (next && --next->deps == 0) NB_TRY(list_push(ready, next));
+    }
+    return NB_OK;
+}
+
+/* Runs one node: its rule on its accumulated gradient, then passes the results on. A node that
+ * received no gradient (all paths to it gave none) runs nothing. */
+static nb_status run_node(nb_node *n, node_list *ready)
+{
+    nb_tensor *g = n->grad_buf;
+    if (!g) return release_deps(n, ready);
+    nb_backward_fn rule = nb__backward_rule(n->op);
+    if (!rule)
+        return nb__err(NB_ERR_AUTOGRAD, "backward: %s has no backward rule", nb__op_name(n->op));
+    if (n->retain_target) {
+        nb__release(n->retain_target->grad);
+        n->retain_target->grad = nb_tensor_retain(g);
+    }
+    nb_tensor **grad_in = calloc(n->n_inputs > 0 ? (size_t)n->n_inputs : 1, sizeof *grad_in);
+    if (!grad_in) return nb__err(NB_ERR_OOM, "backward: out of memory");
+    nb_status st = rule(n, g, grad_in);
+    for (int i = 0; i < n->n_inputs && st == NB_OK; i++) {
+        nb_edge *e = &n->next[i];
+        if (!grad_in[i] || (!e->fn && !e->leaf)) continue;
+        nb_tensor *gi = fit_grad(grad_in[i], e, n->op);
+        if (!gi) st = nb_last_status();
+        else if (e->leaf) st = accumulate_leaf(e->leaf, gi);
+        else st = add_to_buffer(e->fn, gi);
+    }
+    free(grad_in);
+    return st == NB_OK ? release_deps(n, ready) : st;
+}
+
+static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
+{
+    node_list all = {0}, ready = {0};
+    nb_status st = collect(root, &all);
+    root->grad_buf = nb_tensor_retain(root_grad);
+    if (st == NB_OK) st = list_push(&ready, root);
+    while (st == NB_OK && ready.n) {
+        nb_node *n = ready.items[--ready.n];
+        nb_scope *s = nb_scope_begin();
+        if (!s) {
+            st = nb_last_status();
+            break;
+        }
+        st = run_node(n, &ready);
+        nb_scope_end(s);
+        nb__release(n->grad_buf);
+        n->grad_buf = NULL;
+        if (!(flags & NB_RETAIN_GRAPH)) release_saved(n);
+    }
+    for (size_t i = 0; i < all.n; i++) {
+        nb__release(all.items[i]->grad_buf);
+        all.items[i]->grad_buf = NULL;
+        all.items[i]->seen = false;
+        all.items[i]->deps = 0;
+    }
+    free(all.items);
+    free(ready.items);
+    return st;
+}
+
+nb_status nb_backward(nb_tensor *t, const nb_tensor *grad, int flags)
+{
+    if (!t) return nb__err(NB_ERR_INVALID_ARG, "backward: NULL tensor");
+    if (!t->requires_grad)
+        return nb__err(NB_ERR_AUTOGRAD, "backward: the tensor does not require grad and has no grad_fn");
+    char a[NB_SHAPE_STR_MAX], b[NB_SHAPE_STR_MAX];
+    if (!grad && nb_tensor_numel(t) != 1)
+        return nb__err(NB_ERR_SHAPE,
+                       "backward: grad can be implicitly created only for one-element outputs, not shape %s",
+                       nb__shape_str(t->shape, t->ndim, a));
+    if (grad) {
+        NB_TRY(nb__check_inputs("backward", (const nb_tensor *const[]){t, grad}, 2));
+        if (grad->ndim != t->ndim || memcmp(grad->shape, t->shape, (size_t)t->ndim * sizeof(int64_t)) != 0)
+            return nb__err(NB_ERR_SHAPE, "backward: grad of shape %s for an output of shape %s",
+                           nb__shape_str(grad->shape, grad->ndim, a), nb__shape_str(t->shape, t->ndim, b));
+    }
+    bool prev = nb_set_grad_enabled(false);
+    nb_scope *s = nb_scope_begin();
+    nb_status st = s ? NB_OK : nb_last_status();
+    nb_tensor *g = NULL;
+    if (st == NB_OK) {
+        g = grad ? nb_to_dtype(grad, t->dtype) : nb_ones_like(t);
+        if (!g) st = nb_last_status();
+    }
+    nb_node *root = st == NB_OK ? nb__view_refresh(t) : NULL;
+    if (st == NB_OK && !root) st = accumulate_leaf(t, g);
+    else if (st == NB_OK) st = run_graph(root, g, flags);
+    nb_scope_end(s);
+    nb_set_grad_enabled(prev);
+    return st;
+}

@@ -1,0 +1,146 @@
+/* Copies: contiguous, clone, dtype and device conversion, copy_/fill_/zero_. */
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+
+/* A contiguous copy of t with dtype (no autograd). Caller-owned. */
+static nb_tensor *copy_as(const nb_tensor *t, nb_dtype dtype)
+{
+    nb_tensor *out = nb__tensor_new(t->shape, t->ndim, dtype, t->storage->device);
+    if (!out) return NULL;
+    nb_kargs a = {.out = out, .in = {t}};
+    if (nb__dispatch(NB_OP_COPY, &a) != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return out;
+}
+
+static nb_tensor *record_unary(nb_op op, nb_tensor *out, const nb_tensor *t)
+{
+    nb_status st;
+    nb__record(op, out, &t, 1, NULL, 0, &st);
+    if (st != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return nb__track(out);
+}
+
+nb_tensor *nb_clone(const nb_tensor *t)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "clone: NULL tensor");
+    nb_tensor *out = copy_as(t, t->dtype);
+    return out ? record_unary(NB_OP_CLONE, out, t) : NULL;
+}
+
+nb_tensor *nb_contiguous(const nb_tensor *t)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "contiguous: NULL tensor");
+    if (nb__is_contiguous(t)) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    return nb_clone(t);
+}
+
+nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dtype)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "to_dtype: NULL tensor");
+    if ((unsigned)dtype >= NB_DTYPE_COUNT) return nb__err_null(NB_ERR_DTYPE, "to_dtype: invalid dtype %d", (int)dtype);
+    if (t->dtype == dtype) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    nb_tensor *out = copy_as(t, dtype);
+    if (!out) return NULL;
+    if (!nb_dtype_is_floating(dtype)) return nb__track(out); /* integer results carry no grad */
+    return record_unary(NB_OP_TO_DTYPE, out, t);
+}
+
+/* Copies a contiguous tensor's bytes to another device. */
+static nb_status transfer(nb_tensor *dst, const nb_tensor *src)
+{
+    size_t n = src->storage->nbytes ? (size_t)nb_tensor_numel(src) * nb_dtype_size(src->dtype) : 0;
+    if (!n) return NB_OK;
+    nb_device sd = src->storage->device, dd = dst->storage->device;
+    if (sd.type == NB_DEVICE_CPU) {
+        const nb_backend *be = nb__backend(dd);
+        return be ? be->copy_from_host(dd.index, nb__data(dst), nb__data(src), n) : nb_last_status();
+    }
+    if (dd.type == NB_DEVICE_CPU) {
+        const nb_backend *be = nb__backend(sd);
+        return be ? be->copy_to_host(sd.index, nb__data(dst), nb__data(src), n) : nb_last_status();
+    }
+    /* device to device: through a host buffer */
+    nb_tensor *h = nb__tensor_new(src->shape, src->ndim, src->dtype, nb_cpu());
+    if (!h) return nb_last_status();
+    nb_status st = transfer(h, src);
+    if (st == NB_OK) st = transfer(dst, h);
+    nb__release(h);
+    return st;
+}
+
+nb_tensor *nb_to(const nb_tensor *t, nb_device device)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "to: NULL tensor");
+    if (!nb__backend(device)) return NULL;
+    if (nb_device_equal(t->storage->device, device)) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    nb_tensor *src = nb__is_contiguous(t) ? nb_tensor_retain((nb_tensor *)t) : copy_as(t, t->dtype);
+    if (!src) return NULL;
+    nb_tensor *out = nb__tensor_new(t->shape, t->ndim, t->dtype, device);
+    nb_status st = out ? transfer(out, src) : nb_last_status();
+    nb__release(src);
+    if (st != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return record_unary(NB_OP_TO_DEVICE, out, t);
+}
+
+nb_status nb_copy_(nb_tensor *dst, const nb_tensor *src)
+{
+    if (!dst || !src) return nb__err(NB_ERR_INVALID_ARG, "copy_: NULL tensor");
+    NB_TRY(nb__inplace_check("copy_", dst));
+    int64_t shape[NB_MAX_DIMS];
+    int nd;
+    NB_TRY(nb__broadcast_shapes("copy_", dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd));
+    if (nd != dst->ndim || memcmp(shape, dst->shape, (size_t)nd * sizeof *shape) != 0) {
+        char a[NB_SHAPE_STR_MAX], b[NB_SHAPE_STR_MAX];
+        return nb__err(NB_ERR_SHAPE, "copy_: source of shape %s does not broadcast to destination shape %s",
+                       nb__shape_str(src->shape, src->ndim, a), nb__shape_str(dst->shape, dst->ndim, b));
+    }
+    nb_scope *s = nb_scope_begin();
+    if (!s) return nb_last_status();
+    nb_status st = NB_OK;
+    const nb_tensor *from = src;
+    if (!nb_device_equal(src->storage->device, dst->storage->device)) {
+        from = nb_to(src, dst->storage->device);
+        if (!from) st = nb_last_status();
+    }
+    if (st == NB_OK && nb__inplace_needs_grad(dst, &from, 1)) {
+        nb_tensor *r = nb_expand(from, dst->shape, dst->ndim);
+        if (r) r = nb_to_dtype(r, dst->dtype);
+        if (r) r = nb_clone(r);
+        st = r ? nb__inplace_commit(dst, r, false) : nb_last_status();
+    } else if (st == NB_OK) {
+        nb_kargs a = {.out = dst, .in = {from}};
+        st = nb__dispatch(NB_OP_COPY, &a);
+        if (st == NB_OK) nb__bump_version(dst);
+    }
+    nb_scope_end(s);
+    return st;
+}
+
+nb_status nb_fill_(nb_tensor *t, double value)
+{
+    NB_TRY(nb__inplace_check("fill_", t));
+    if (nb__inplace_needs_grad(t, NULL, 0)) {
+        nb_scope *s = nb_scope_begin();
+        if (!s) return nb_last_status();
+        nb_tensor *r = nb_full_like(t, value);
+        nb_status st = r ? nb__inplace_commit(t, r, false) : nb_last_status();
+        nb_scope_end(s);
+        return st;
+    }
+    nb_kargs a = {.out = t, .s0 = value};
+    NB_TRY(nb__dispatch(NB_OP_FILL, &a));
+    nb__bump_version(t);
+    return NB_OK;
+}
+
+nb_status nb_zero_(nb_tensor *t) { return nb_fill_(t, 0); }

@@ -1,0 +1,154 @@
+/* Strided, broadcasting iteration over several operands, split across OpenMP threads. */
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu/cpu_impl.h"
+
+int nb_cpu_threads_for(int64_t work, int64_t grain)
+{
+    if (grain <= 0) grain = NB_CPU_GRAIN;
+    int nt = nb_get_num_threads();
+    int64_t useful = work / grain;
+    if (useful < 1) useful = 1;
+    return useful < nt ? (int)useful : nt;
+}
+
+void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops, char *const *base,
+                      const int64_t (*strides)[NB_MAX_DIMS])
+{
+    NB_ASSERT(nops <= NB_ITER_MAX_OPS && ndim <= NB_MAX_DIMS);
+    memset(it, 0, sizeof *it);
+    it->nops = nops;
+    for (int k = 0; k < nops; k++) it->base[k] = base[k];
+    /* Drop size-1 dims, then merge a dim into the next inner one when every operand steps
+     * through both as one: stride[outer] == stride[inner] * shape[inner]. */
+    int n = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        it->shape[n] = shape[d];
+        for (int k = 0; k < nops; k++) it->strides[k][n] = strides[k][d];
+        n++;
+    }
+    int m = 0;
+    for (int d = 0; d < n; d++) {
+        if (m > 0) {
+            bool merge = true;
+            for (int k = 0; k < nops && merge; k++)
+                merge = it->strides[k][m - 1] == it->strides[k][d] * it->shape[d];
+            if (merge) {
+                it->shape[m - 1] *= it->shape[d];
+                for (int k = 0; k < nops; k++) it->strides[k][m - 1] = it->strides[k][d];
+                continue;
+            }
+        }
+        it->shape[m] = it->shape[d];
+        for (int k = 0; k < nops; k++) it->strides[k][m] = it->strides[k][d];
+        m++;
+    }
+    if (m == 0) {
+        it->shape[0] = 1;
+        for (int k = 0; k < nops; k++) it->strides[k][0] = 0;
+        m = 1;
+    }
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] == 0) it->shape[0] = 0;
+    it->ndim = m;
+    it->numel = nb__numel(it->shape, m);
+}
+
+void nb_cpu_iter_elementwise(nb_cpu_iter *it, nb_tensor *out, const nb_tensor *const *in, int n_in)
+{
+    char *base[NB_ITER_MAX_OPS];
+    int64_t strides[NB_ITER_MAX_OPS][NB_MAX_DIMS];
+    base[0] = nb__data(out);
+    int64_t es = (int64_t)nb_dtype_size(out->dtype);
+    for (int d = 0; d < out->ndim; d++) strides[0][d] = out->strides[d] * es;
+    for (int k = 0; k < n_in; k++) {
+        base[k + 1] = nb__data(in[k]);
+        nb__broadcast_strides(in[k], out->shape, out->ndim, strides[k + 1]);
+        int64_t ek = (int64_t)nb_dtype_size(in[k]->dtype);
+        for (int d = 0; d < out->ndim; d++) strides[k + 1][d] *= ek;
+    }
+    nb_cpu_iter_init(it, out->shape, out->ndim, n_in + 1, base, (const int64_t(*)[NB_MAX_DIMS])strides);
+}
+
+/* Runs rows [r0, r1) of the iterator, a row being one run of the innermost dim. */
+static void run_rows(const nb_cpu_iter *it, int64_t r0, int64_t r1, nb_cpu_loop_fn loop, void *ctx)
+{
+    int nd = it->ndim, nops = it->nops;
+    int64_t inner = it->shape[nd - 1];
+    int64_t idx[NB_MAX_DIMS] = {0};
+    int64_t rem = r0;
+    for (int d = nd - 2; d >= 0; d--) {
+        idx[d] = rem % it->shape[d];
+        rem /= it->shape[d];
+    }
+    char *ptrs[NB_ITER_MAX_OPS];
+    int64_t inner_strides[NB_ITER_MAX_OPS];
+    for (int k = 0; k < nops; k++) inner_strides[k] = it->strides[k][nd - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        for (int k = 0; k < nops; k++) {
+            char *p = it->base[k];
+            for (int d = 0; d < nd - 1; d++) p += idx[d] * it->strides[k][d];
+            ptrs[k] = p;
+        }
+        loop(ptrs, inner_strides, inner, ctx);
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < it->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Runs elements [e0, e1) of a 1-dim iterator. */
+static void run_flat(const nb_cpu_iter *it, int64_t e0, int64_t e1, nb_cpu_loop_fn loop, void *ctx)
+{
+    char *ptrs[NB_ITER_MAX_OPS];
+    int64_t strides[NB_ITER_MAX_OPS];
+    for (int k = 0; k < it->nops; k++) {
+        strides[k] = it->strides[k][0];
+        ptrs[k] = it->base[k] + e0 * strides[k];
+    }
+    loop(ptrs, strides, e1 - e0, ctx);
+}
+
+void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int64_t grain)
+{
+    if (it->numel == 0) return;
+    int nt = nb_cpu_threads_for(it->numel, grain);
+    int64_t inner = it->shape[it->ndim - 1];
+    int64_t rows = it->numel / inner;
+    if (nt <= 1) {
+        if (it->ndim == 1) run_flat(it, 0, inner, loop, ctx);
+        else run_rows(it, 0, rows, loop, ctx);
+        return;
+    }
+    if (it->ndim == 1) {
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+            int t = 0, n = 1;
+#endif
+            /* chunks aligned to 16 elements keep vector loops on whole cache lines */
+            int64_t chunk = ((inner + n - 1) / n + 15) & ~(int64_t)15;
+            int64_t e0 = t * chunk, e1 = e0 + chunk < inner ? e0 + chunk : inner;
+            if (e0 < e1) run_flat(it, e0, e1, loop, ctx);
+        }
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+        int t = 0, n = 1;
+#endif
+        int64_t r0 = rows * t / n, r1 = rows * (t + 1) / n;
+        if (r0 < r1) run_rows(it, r0, r1, loop, ctx);
+    }
+}

@@ -1,0 +1,114 @@
+/* Kernels: copy with dtype conversion and broadcasting (COPY), and fill (FILL).
+ *   COPY: out[...] = (out dtype) in[0][...], in[0] broadcast to out's shape
+ *   FILL: out[...] = (out dtype) s0 */
+#include <string.h>
+
+#include "cpu/cpu_impl.h"
+
+
+/* One loop per (destination, source) pair of dtypes. Converting to bool tests != 0, as C does. */
+#define COPY_LOOP(TO, TI)                                                                        \
+    static void copy_##TO##_##TI(char **p, const int64_t *s, int64_t n, void *ctx)               \
+    {                                                                                            \
+        (void)ctx;                                                                               \
+        if (s[0] == sizeof(TO) && s[1] == sizeof(TI)) {                                          \
+            TO *restrict o = (TO *)p[0];                                                         \
+            const TI *restrict i = (const TI *)p[1];                                             \
+            for (int64_t k = 0; k < n; k++) o[k] = (TO)i[k];                                     \
+        } else {                                                                                 \
+            for (int64_t k = 0; k < n; k++)                                                      \
+                *(TO *)(p[0] + k * s[0]) = (TO) * (const TI *)(p[1] + k * s[1]);                 \
+        }                                                                                        \
+    }
+
+typedef float f32;
+typedef double f64;
+typedef int64_t i64;
+typedef int32_t i32;
+typedef uint8_t u8;
+typedef bool b8;
+
+#define COPY_FROM(TO) COPY_LOOP(TO, f32) COPY_LOOP(TO, f64) COPY_LOOP(TO, i64) COPY_LOOP(TO, i32) \
+    COPY_LOOP(TO, u8) COPY_LOOP(TO, b8)
+COPY_FROM(f32)
+COPY_FROM(f64)
+COPY_FROM(i64)
+COPY_FROM(i32)
+COPY_FROM(u8)
+COPY_FROM(b8)
+
+static nb_cpu_loop_fn copy_loop(nb_dtype to, nb_dtype from)
+{
+#define ROW(TO) {copy_##TO##_f32, copy_##TO##_f64, copy_##TO##_i64, copy_##TO##_i32, copy_##TO##_u8, copy_##TO##_b8}
+    static const nb_cpu_loop_fn table[6][6] = {ROW(f32), ROW(f64), ROW(i64), ROW(i32), ROW(u8), ROW(b8)};
+#undef ROW
+    if ((unsigned)to >= 6 || (unsigned)from >= 6) return NULL;
+    return table[to][from];
+}
+
+/* Same dtype, both operands contiguous along the run: memcpy. */
+static void copy_same(char **p, const int64_t *s, int64_t n, void *ctx)
+{
+    size_t es = *(const size_t *)ctx;
+    if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
+        memcpy(p[0], p[1], (size_t)n * es);
+        return;
+    }
+    for (int64_t k = 0; k < n; k++) memcpy(p[0] + k * s[0], p[1] + k * s[1], es);
+}
+
+nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
+{
+    nb_cpu_iter it;
+    nb_cpu_iter_elementwise(&it, a->out, &a->in[0], 1);
+    size_t es = nb_dtype_size(a->out->dtype);
+    if (a->out->dtype == a->in[0]->dtype) {
+        nb_cpu_iter_run(&it, copy_same, &es, 0);
+        return NB_OK;
+    }
+    nb_cpu_loop_fn loop = copy_loop(a->out->dtype, a->in[0]->dtype);
+    if (!loop)
+        return nb__err(NB_ERR_DTYPE, "copy: no conversion from %s to %s on the CPU",
+                       nb_dtype_name(a->in[0]->dtype), nb_dtype_name(a->out->dtype));
+    nb_cpu_iter_run(&it, loop, NULL, 0);
+    return NB_OK;
+}
+
+#define FILL_LOOP(T)                                                                             \
+    static void fill_##T(char **p, const int64_t *s, int64_t n, void *ctx)                       \
+    {                                                                                            \
+        T v = *(const T *)ctx;                                                                   \
+        if (s[0] == sizeof(T)) {                                                                 \
+            T *restrict o = (T *)p[0];                                                           \
+            for (int64_t k = 0; k < n; k++) o[k] = v;                                            \
+        } else {                                                                                 \
+            for (int64_t k = 0; k < n; k++) *(T *)(p[0] + k * s[0]) = v;                         \
+        }                                                                                        \
+    }
+FILL_LOOP(f32)
+FILL_LOOP(f64)
+FILL_LOOP(i64)
+FILL_LOOP(i32)
+FILL_LOOP(u8)
+FILL_LOOP(b8)
+
+nb_status nb_cpu_k_fill(nb_op op, const nb_kargs *a)
+{
+    nb_cpu_iter it;
+    nb_cpu_iter_elementwise(&it, a->out, NULL, 0);
+    union { f32 f; f64 d; i64 l; i32 i; u8 u; b8 b; } v;
+    nb_cpu_loop_fn loop = NULL;
+    double x = a->s0;
+    switch (a->out->dtype) {
+    case NB_FLOAT32: v.f = (f32)x; loop = fill_f32; break;
+    case NB_FLOAT64: v.d = x; loop = fill_f64; break;
+    case NB_INT64: v.l = (i64)x; loop = fill_i64; break;
+    case NB_INT32: v.i = (i32)x; loop = fill_i32; break;
+    case NB_UINT8: v.u = (u8)x; loop = fill_u8; break;
+    case NB_BOOL: v.b = x != 0; loop = fill_b8; break;
+    default:
+        return nb__err(NB_ERR_DTYPE, "fill: dtype %s is not supported on the CPU", nb_dtype_name(a->out->dtype));
+    }
+    nb_cpu_iter_run(&it, loop, &v, 0);
+    return NB_OK;
+}
