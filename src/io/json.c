@@ -209,7 +209,8 @@ static size_t decode_string(parser *p, size_t start, size_t end, char *out)
     size_t n = 0;
     for (size_t i = start; i < end;) {
         unsigned char c = (unsigned char)p->s[i];
-        if (c < 0x20) return fail(p, i, "control character 0x%02x in a string (must be escaped)", c), (size_t)-1;
+        if (c < 0x20)
+            return fail(p, i, "control character 0x%02x in a string (must be escaped)", c), (size_t)-1;
         if (c >= 0x80) {
             size_t k = utf8_seq_len((const unsigned char *)p->s + i, end - i);
             if (!k) return fail(p, i, "invalid UTF-8 in a string"), (size_t)-1;
@@ -231,7 +232,8 @@ static size_t decode_string(parser *p, size_t start, size_t end, char *out)
         }
         if (e != 'u') {
             char d[24];
-            return fail(p, i, "bad escape '\\' followed by %s", describe((unsigned char)e, d, sizeof d)), (size_t)-1;
+            describe((unsigned char)e, d, sizeof d);
+            return fail(p, i, "bad escape '\\' followed by %s", d), (size_t)-1;
         }
         i++;
         long cp = decode_u(p, &i, end);
@@ -316,7 +318,8 @@ static nb_json *parse_value(parser *p, int depth);
 /* An array or an object (at p->pos, the opening bracket). */
 static nb_json *parse_container(parser *p, int depth, bool object)
 {
-    if (depth >= NB_JSON_MAX_DEPTH) return fail(p, p->pos, "nesting deeper than %d levels", NB_JSON_MAX_DEPTH);
+    if (depth >= NB_JSON_MAX_DEPTH)
+        return fail(p, p->pos, "nesting deeper than %d levels", NB_JSON_MAX_DEPTH);
     nb_json *c = new_value(p, object ? NB_JSON_OBJECT : NB_JSON_ARRAY);
     if (!c) return NULL;
     char close = object ? '}' : ']', d[24];
@@ -332,10 +335,13 @@ static nb_json *parse_container(parser *p, int depth, bool object)
         size_t key_len = 0;
         if (object) {
             skip_ws(p);
-            if (peek(p) != '"') return fail(p, p->pos, "expected a string key, found %s", describe(peek(p), d, sizeof d));
+            if (peek(p) != '"')
+                return fail(p, p->pos, "expected a string key, found %s", describe(peek(p), d, sizeof d));
             if (!parse_string(p, &key, &key_len)) return NULL;
             skip_ws(p);
-            if (peek(p) != ':') return fail(p, p->pos, "expected ':' after an object key, found %s", describe(peek(p), d, sizeof d));
+            if (peek(p) != ':')
+                return fail(p, p->pos, "expected ':' after an object key, found %s",
+                            describe(peek(p), d, sizeof d));
             p->pos++;
         }
         nb_json *v = parse_value(p, depth + 1);
@@ -350,8 +356,8 @@ static nb_json *parse_container(parser *p, int depth, bool object)
         p->pos++;
         if (ch == ',') continue;
         if (ch == close) return c;
-        return fail(p, p->pos - 1, "expected ',' or '%c' in %s, found %s", close, object ? "an object" : "an array",
-                    describe(ch, d, sizeof d));
+        return fail(p, p->pos - 1, "expected ',' or '%c' in %s, found %s", close,
+                    object ? "an object" : "an array", describe(ch, d, sizeof d));
     }
 }
 

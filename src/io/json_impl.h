@@ -88,6 +88,8 @@ void nb__json_buf_free(nb_json_buf *b);
 /* The i-th tensor in insertion order, borrowed (owned by the map). */
 nb_tensor *nb__tensor_map_at(const nb_tensor_map *m, int i);
 int nb__tensor_map_metadata_count(const nb_tensor_map *m);
+/* Adds a pair whose key the caller knows to be new (no search: loading n pairs is O(n)). */
+nb_status nb__tensor_map_metadata_append(nb_tensor_map *m, const char *key, const char *value);
 /* The i-th metadata pair in insertion order; borrowed. */
 void nb__tensor_map_metadata_at(const nb_tensor_map *m, int i, const char **key, const char **value);
 /* Checks a tensor name for nb_tensor_map_set and the safetensors writer: non-empty, valid UTF-8,

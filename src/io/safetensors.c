@@ -99,7 +99,8 @@ static nb_status load_err(const st_load *c, nb_status st, const char *fmt, ...)
 static nb_status read_err(const st_load *c, const char *what)
 {
     if (ferror(c->f)) return load_err(c, NB_ERR_IO, "reading %s: %s", what, strerror(errno));
-    return load_err(c, NB_ERR_IO, "reading %s: unexpected end of file (was it changed while being read?)", what);
+    return load_err(c, NB_ERR_IO, "reading %s: unexpected end of file (was it changed while being read?)",
+                    what);
 }
 
 /* Opens the file, checks the header size against the file's and reads the header. */
@@ -127,7 +128,8 @@ static nb_status read_header(st_load *c)
     c->header_len = n;
     c->data_size = c->file_size - 8 - n;
     c->header = malloc((size_t)n + 1);
-    if (!c->header) return load_err(c, NB_ERR_OOM, "out of memory for a header of %llu bytes", (unsigned long long)n);
+    if (!c->header)
+        return load_err(c, NB_ERR_OOM, "out of memory for a header of %llu bytes", (unsigned long long)n);
     if (fread(c->header, 1, (size_t)n, c->f) != n) return read_err(c, "the header");
     c->header[n] = '\0';
     return NB_OK;
@@ -247,21 +249,39 @@ static nb_status parse_entry(const st_load *c, const nb_json *v, st_entry *e)
     return NB_OK;
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp((*(const nb_json *const *)a)->key, (*(const nb_json *const *)b)->key);
+}
+
 static nb_status check_metadata(const st_load *c, const nb_json *v)
 {
     if (v->type != NB_JSON_OBJECT)
         return load_err(c, NB_ERR_FORMAT, "__metadata__ must be an object of strings, found %s",
                         nb__json_type_name(v->type));
+    const nb_json **keys = malloc((v->n ? v->n : 1) * sizeof *keys);
+    if (!keys) return load_err(c, NB_ERR_OOM, "out of memory for %zu metadata entries", v->n);
+    size_t n = 0;
     for (const nb_json *m = v->child; m; m = m->next) {
-        int count;
+        keys[n++] = m;
+        nb_status st = NB_OK;
         if (m->type != NB_JSON_STRING)
-            return load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' is %s, expected a string", m->key,
-                            nb__json_type_name(m->type));
-        if (m->key_len != strlen(m->key) || m->str_len != strlen(m->str))
-            return load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' holds a NUL character", m->key);
-        if (nb__json_get(v, m->key, &count) && count > 1)
-            return load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' appears %d times", m->key, count);
+            st = load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' is %s, expected a string", m->key,
+                          nb__json_type_name(m->type));
+        else if (m->key_len != strlen(m->key) || m->str_len != strlen(m->str))
+            st = load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' holds a NUL character", m->key);
+        if (st != NB_OK) {
+            free(keys);
+            return st;
+        }
     }
+    /* Sorted, duplicates are neighbours (a quadratic search would let a header stall us). */
+    qsort(keys, n, sizeof *keys, cmp_key);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (strcmp(keys[i - 1]->key, keys[i]->key) == 0) dup = keys[i]->key;
+    free(keys);
+    if (dup) return load_err(c, NB_ERR_FORMAT, "__metadata__ entry '%.200s' appears more than once", dup);
     return NB_OK;
 }
 
@@ -376,7 +396,7 @@ static nb_status fill_map(const st_load *c, nb_device device, nb_tensor_map *m)
     for (size_t i = 0; i < c->n; i++) NB_TRY(load_tensor(c, &c->entries[i], device, m));
     if (c->metadata)
         for (const nb_json *v = c->metadata->child; v; v = v->next)
-            if (nb_tensor_map_set_metadata(m, v->key, v->str) != NB_OK)
+            if (nb__tensor_map_metadata_append(m, v->key, v->str) != NB_OK)
                 return wrap_err("safetensors_load", c->path, NULL);
     return NB_OK;
 }
@@ -481,41 +501,19 @@ static nb_status build_header(const nb_tensor_map *m, const st_item *items, int 
     return NB_OK;
 }
 
-/* Copies a CPU tensor's elements in row-major order into dst, whatever its strides. */
-static void gather(const nb_tensor *t, char *dst)
-{
-    size_t es = nb_dtype_size(t->dtype);
-    int64_t n = nb__numel(t->shape, t->ndim);
-    if (n == 0) return;
-    int inner = t->ndim ? t->ndim - 1 : 0;
-    int64_t len = t->ndim ? t->shape[inner] : 1, step = t->ndim ? t->strides[inner] : 1;
-    int64_t idx[NB_MAX_DIMS] = {0}, off = 0;
-    const char *base = nb__data(t);
-    for (int64_t done = 0; done < n; done += len) {
-        if (step == 1) {
-            memcpy(dst, base + off * (int64_t)es, (size_t)len * es);
-            dst += (size_t)len * es;
-        } else {
-            for (int64_t k = 0; k < len; k++, dst += es) memcpy(dst, base + (off + k * step) * (int64_t)es, es);
-        }
-        for (int d = inner - 1; d >= 0; d--) {
-            if (++idx[d] < t->shape[d]) {
-                off += t->strides[d];
-                break;
-            }
-            off -= (idx[d] - 1) * t->strides[d];
-            idx[d] = 0;
-        }
-    }
-}
-
-/* The tensor's bytes in row-major little-endian order: its own memory when it is a contiguous
- * CPU tensor on a little-endian host, else a copy in *scratch (grown as needed). */
+/* The tensor's bytes in row-major little-endian order, valid until the caller's scope ends: a
+ * CPU tensor's own memory (nb_contiguous copies it first when it has to), or a copy in *scratch
+ * (grown as needed) for other devices and on big-endian hosts. */
 static const char *host_bytes(const st_item *it, char **scratch, size_t *cap, const char *path)
 {
     const nb_tensor *t = it->t;
-    bool cpu = t->storage->device.type == NB_DEVICE_CPU;
-    if (cpu && nb__is_contiguous(t) && !ST_BIG_ENDIAN) return nb__data(t);
+    const char *bytes = NULL;
+    if (t->storage->device.type == NB_DEVICE_CPU) {
+        const nb_tensor *c = nb_contiguous(t);
+        if (!c) return wrap_err("safetensors_save", path, it->name), NULL;
+        bytes = nb__data(c);
+        if (!ST_BIG_ENDIAN) return bytes;
+    }
     if (it->nbytes > *cap) {
         char *p = realloc(*scratch, it->nbytes);
         if (!p)
@@ -524,12 +522,9 @@ static const char *host_bytes(const st_item *it, char **scratch, size_t *cap, co
         *scratch = p;
         *cap = it->nbytes;
     }
-    if (cpu) {
-        gather(t, *scratch);
-    } else if (nb_tensor_read(t, *scratch, it->nbytes) != NB_OK) {
-        wrap_err("safetensors_save", path, it->name);
-        return NULL;
-    }
+    if (bytes) memcpy(*scratch, bytes, it->nbytes);
+    else if (nb_tensor_read(t, *scratch, it->nbytes) != NB_OK)
+        return wrap_err("safetensors_save", path, it->name), NULL;
     if (ST_BIG_ENDIAN) swap_elements(*scratch, it->nbytes, nb_dtype_size(t->dtype));
     return *scratch;
 }
@@ -554,9 +549,11 @@ static nb_status write_file(const char *path, const char *tmp, const nb_json_buf
     size_t cap = 0;
     for (int i = 0; i < n && st == NB_OK; i++) {
         if (!items[i].nbytes) continue;
-        const char *bytes = host_bytes(&items[i], &scratch, &cap, path);
+        nb_scope *s = nb_scope_begin();
+        const char *bytes = s ? host_bytes(&items[i], &scratch, &cap, path) : NULL;
         if (!bytes) st = nb_last_status();
         else if (fwrite(bytes, 1, items[i].nbytes, f) != items[i].nbytes) st = write_err(path, tmp, "writing");
+        nb_scope_end(s);
     }
     free(scratch);
     if (st == NB_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) st = write_err(path, tmp, "flushing");
@@ -581,7 +578,8 @@ static void sync_dir(const char *path)
 nb_status nb_safetensors_save(const nb_tensor_map *m, const char *path)
 {
     if (!m || !path || !path[0])
-        return nb__err(NB_ERR_INVALID_ARG, "safetensors_save: %s", !m ? "NULL map" : !path ? "NULL path" : "empty path");
+        return nb__err(NB_ERR_INVALID_ARG, "safetensors_save: %s",
+                       !m ? "NULL map" : !path ? "NULL path" : "empty path");
     st_item *items = NULL;
     NB_TRY(collect_items(m, path, &items));
     int n = nb_tensor_map_size(m);

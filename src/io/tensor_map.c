@@ -158,6 +158,25 @@ nb_tensor *nb__tensor_map_at(const nb_tensor_map *m, int i)
 
 /* ---- metadata ---------------------------------------------------------------------------- */
 
+nb_status nb__tensor_map_metadata_append(nb_tensor_map *m, const char *key, const char *value)
+{
+    if (m->n_meta == m->cap_meta) {
+        int cap = m->cap_meta > INT_MAX / 2 ? 0 : m->cap_meta ? m->cap_meta * 2 : 8;
+        meta_pair *meta = cap > m->cap_meta ? realloc(m->meta, (size_t)cap * sizeof *meta) : NULL;
+        if (!meta) return nb__err(NB_ERR_OOM, "tensor_map_set_metadata: out of memory");
+        m->meta = meta;
+        m->cap_meta = cap;
+    }
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return nb__err(NB_ERR_OOM, "tensor_map_set_metadata: out of memory");
+    }
+    m->meta[m->n_meta++] = (meta_pair){k, v};
+    return NB_OK;
+}
+
 nb_status nb_tensor_map_set_metadata(nb_tensor_map *m, const char *key, const char *value)
 {
     if (!m || !key || !value)
@@ -165,30 +184,15 @@ nb_status nb_tensor_map_set_metadata(nb_tensor_map *m, const char *key, const ch
     if (!nb__utf8_valid(key, strlen(key)) || !nb__utf8_valid(value, strlen(value)))
         return nb__err(NB_ERR_INVALID_ARG, "tensor_map_set_metadata: key or value of '%.200s' is not valid UTF-8",
                        key);
-    char *v = strdup(value);
-    if (!v) return nb__err(NB_ERR_OOM, "tensor_map_set_metadata: out of memory");
     for (int i = 0; i < m->n_meta; i++) {
         if (strcmp(m->meta[i].key, key) != 0) continue;
+        char *v = strdup(value);
+        if (!v) return nb__err(NB_ERR_OOM, "tensor_map_set_metadata: out of memory");
         free(m->meta[i].value);
         m->meta[i].value = v;
         return NB_OK;
     }
-    char *k = strdup(key);
-    if (k && m->n_meta == m->cap_meta) {
-        int cap = m->cap_meta > INT_MAX / 2 ? 0 : m->cap_meta ? m->cap_meta * 2 : 8;
-        meta_pair *meta = cap > m->cap_meta ? realloc(m->meta, (size_t)cap * sizeof *meta) : NULL;
-        if (meta) {
-            m->meta = meta;
-            m->cap_meta = cap;
-        }
-    }
-    if (!k || m->n_meta == m->cap_meta) {
-        free(k);
-        free(v);
-        return nb__err(NB_ERR_OOM, "tensor_map_set_metadata: out of memory");
-    }
-    m->meta[m->n_meta++] = (meta_pair){k, v};
-    return NB_OK;
+    return nb__tensor_map_metadata_append(m, key, value);
 }
 
 const char *nb_tensor_map_metadata(const nb_tensor_map *m, const char *key)

@@ -22,7 +22,8 @@ def main():
         spec = importlib.util.spec_from_file_location("cases_" + fam, os.path.join(here, "cases_" + fam + ".py"))
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        tensors = {k: v.detach().contiguous() for k, v in mod.build().items()}
+        # clone: safetensors refuses tensors that share memory
+        tensors = {k: v.detach().clone().contiguous() for k, v in mod.build().items()}
         save_file(tensors, os.path.join(out, fam + ".safetensors"))
         print(f"ref_gen: {fam}: {len(tensors)} tensors")
     print(f"ref_gen: {len(families)} families written to {out}")
