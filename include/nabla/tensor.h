@@ -68,7 +68,8 @@ NB_API void nb_manual_seed(uint64_t seed);
 NB_API nb_tensor *nb_rand(const int64_t *shape, int ndim, const nb_tensor_params *p);
 /* Standard normal. */
 NB_API nb_tensor *nb_randn(const int64_t *shape, int ndim, const nb_tensor_params *p);
-/* Uniform integers in [low, high); default dtype int64 unless p->dtype says otherwise. */
+/* Uniform integers in [low, high). With p == NULL the dtype is int64; otherwise p->dtype is used
+ * as given (nb_tensor_params_default() says float32: set p->dtype = NB_INT64 for integers). */
 NB_API nb_tensor *nb_randint(int64_t low, int64_t high, const int64_t *shape, int ndim,
                              const nb_tensor_params *p);
 /* 1 with probability `probs` (elementwise, in [0,1]), else 0; same dtype as probs. */
@@ -106,6 +107,8 @@ NB_API nb_status nb_item_int64(const nb_tensor *t, int64_t *out);
 /* Formats the tensor the way PyTorch prints it (values; device, dtype and grad_fn when they are
  * not the defaults). snprintf semantics: returns the full length, writes at most size bytes. */
 NB_API int nb_tensor_format(const nb_tensor *t, char *buf, size_t size);
+/* nb_tensor_format returns -1 (error set) for a NULL t, or a NULL buf with a nonzero size.
+ * nb_tensor_print writes the same text and a newline, as Python's print. */
 NB_API nb_status nb_tensor_print(const nb_tensor *t, FILE *f);
 
 /* ---- views (share storage; differentiable) ------------------------------------------------- */
