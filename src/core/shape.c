@@ -22,6 +22,7 @@ void nb__contiguous_strides(const int64_t *shape, int ndim, int64_t *strides)
 
 bool nb__is_contiguous(const nb_tensor *t)
 {
+    if (nb__numel(t->shape, t->ndim) == 0) return true; /* as PyTorch: nothing to lay out */
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] == 1) continue;
