@@ -6,6 +6,10 @@
  * grad. All tensor arguments of one call must live on one device. In-place variants end in `_`,
  * return an nb_status, and bump the version counter of the tensor they change.
  *
+ * A `double` scalar argument counts as a Python float in PyTorch's type promotion: an integer or
+ * bool tensor with a scalar computes in float32 (so nb_mul_scalar_ on an int64 tensor is an error),
+ * a float32 tensor stays float32. Among tensors, those with dims outrank 0-dim ones, as in PyTorch.
+ *
  * Dims may be negative (counted from the end). A reduction's `dims`/`ndims` pair names the dims
  * to reduce; ndims == 0 reduces over every dim.
  */
