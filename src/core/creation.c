@@ -31,7 +31,7 @@ static nb_tensor *finish(nb_tensor *t, const nb_tensor_params *p, const char *op
 nb_tensor *nb_tensor_from_data(const void *data, const int64_t *shape, int ndim, const nb_tensor_params *pp)
 {
     nb_tensor_params p = params_or_default(pp);
-    nb_tensor *t = nb__tensor_new(shape, ndim, p.dtype, p.device);
+    nb_tensor *t = nb__tensor_new_named("tensor_from_data", shape, ndim, p.dtype, p.device);
     if (!t) return NULL;
     size_t nbytes = t->storage->nbytes;
     if (nbytes && !data) {
@@ -58,7 +58,7 @@ nb_tensor *nb_empty(const int64_t *shape, int ndim, const nb_tensor_params *pp)
 static nb_tensor *filled(const int64_t *shape, int ndim, double value, const nb_tensor_params *pp, const char *op)
 {
     nb_tensor_params p = params_or_default(pp);
-    nb_tensor *t = nb__tensor_new(shape, ndim, p.dtype, p.device);
+    nb_tensor *t = nb__tensor_new_named(op, shape, ndim, p.dtype, p.device);
     if (!t) return NULL;
     nb_kargs a = {.out = t, .s0 = value};
     if (nb__dispatch(NB_OP_FILL, &a) != NB_OK) {

@@ -65,8 +65,13 @@ static nb_status check_shape(const char *op, const int64_t *shape, int ndim, nb_
 
 nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_device device)
 {
+    return nb__tensor_new_named("empty", shape, ndim, dtype, device);
+}
+
+nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device)
+{
     size_t nbytes;
-    if (check_shape("empty", shape, ndim, dtype, &nbytes) != NB_OK) return NULL;
+    if (check_shape(op, shape, ndim, dtype, &nbytes) != NB_OK) return NULL;
     nb_tensor *t = calloc(1, sizeof *t);
     if (!t) return nb__err_null(NB_ERR_OOM, "out of host memory allocating a tensor");
     t->storage = nb__storage_new(nbytes, device);

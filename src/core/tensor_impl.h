@@ -49,6 +49,8 @@ nb_storage *nb__storage_new(size_t nbytes, nb_device device); /* error set on fa
 void nb__storage_release(nb_storage *s);
 /* A contiguous tensor with fresh, uninitialised storage. */
 nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
+/* The same, naming op in the error message of a bad shape. */
+nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
 /* A tensor struct over t's storage with the given geometry (a view: base set, no autograd). */
 nb_tensor *nb__tensor_alias(const nb_tensor *t, const int64_t *shape, const int64_t *strides,
                             int ndim, int64_t offset);
