@@ -1,0 +1,81 @@
+/* Backward rules of the matrix products (entry points in src/ops/linalg.c). Saved slots: 0 = the
+ * left matrix (kept only when the right one needs a gradient), 1 = the right matrix (kept only
+ * when the left one needs a gradient). Each matrix gradient is one GEMM; broadcast batch dims
+ * and bias dims are summed by the engine. */
+#include "autograd/autograd_impl.h"
+
+/* x @ y for x, y both 2-D or both 3-D. */
+static nb_tensor *mmb(const nb_tensor *x, const nb_tensor *y)
+{
+    return x->ndim == 3 ? nb_bmm(x, y) : nb_mm(x, y);
+}
+
+static nb_tensor *mT(const nb_tensor *t)
+{
+    return nb_transpose(t, -1, -2);
+}
+
+/* out = a @ b (mm, bmm and matmul's product): grad_a = g @ b^T, grad_b = a^T @ g. */
+nb_status nb__bw_BMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    if (nb__edge_needs_grad(node, 0)) {
+        nb_tensor *b = nb__node_saved(node, 1);
+        if (!b || !(grad_in[0] = mmb(g, mT(b)))) return nb_last_status();
+    }
+    if (nb__edge_needs_grad(node, 1)) {
+        nb_tensor *a = nb__node_saved(node, 0);
+        if (!a || !(grad_in[1] = mmb(mT(a), g))) return nb_last_status();
+    }
+    return NB_OK;
+}
+
+/* alpha * x @ y in one GEMM (addmm ignores its input when beta is 0). */
+static nb_tensor *scaled_mm(const nb_tensor *x, const nb_tensor *y, double alpha)
+{
+    if (alpha == 1) return nb_mm(x, y);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = nb_tensor_dtype(x);
+    p.device = nb_tensor_device(x);
+    nb_tensor *zero = nb_scalar_tensor(0, &p);
+    return zero ? nb_addmm(zero, x, y, 0, alpha) : NULL;
+}
+
+/* out = beta * input + alpha * a @ b (s0 = beta, s1 = alpha); input's gradient is returned in
+ * the product's shape for the engine to reduce. */
+nb_status nb__bw_ADDMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    if (nb__edge_needs_grad(node, 0)) {
+        grad_in[0] = node->s0 == 1 ? g : nb_mul_scalar(g, node->s0);
+        if (!grad_in[0]) return nb_last_status();
+    }
+    if (nb__edge_needs_grad(node, 1)) {
+        nb_tensor *b = nb__node_saved(node, 1);
+        if (!b || !(grad_in[1] = scaled_mm(g, mT(b), node->s1))) return nb_last_status();
+    }
+    if (nb__edge_needs_grad(node, 2)) {
+        nb_tensor *a = nb__node_saved(node, 0);
+        if (!a || !(grad_in[2] = scaled_mm(mT(a), g, node->s1))) return nb_last_status();
+    }
+    return NB_OK;
+}
+
+/* out [..., out] = x [..., in] @ weight^T + bias. With g2 = g as [rows, out] and x2 (saved) = x
+ * as [rows, in]: dx = g2 @ weight, dweight = g2^T @ x2, dbias = g summed by the engine. */
+nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    int64_t flat[2] = {nb__numel(g->shape, g->ndim - 1), g->shape[g->ndim - 1]};
+    nb_tensor *g2 = nb_reshape(g, flat, 2);
+    if (!g2) return nb_last_status();
+    if (nb__edge_needs_grad(node, 0)) {
+        const nb_edge *e = &node->next[0];
+        nb_tensor *w = nb__node_saved(node, 1);
+        nb_tensor *dx = w ? nb_mm(g2, w) : NULL;
+        if (!dx || !(grad_in[0] = nb_reshape(dx, e->shape, e->ndim))) return nb_last_status();
+    }
+    if (nb__edge_needs_grad(node, 1)) {
+        nb_tensor *x2 = nb__node_saved(node, 0);
+        if (!x2 || !(grad_in[1] = nb_mm(mT(g2), x2))) return nb_last_status();
+    }
+    if (nb__edge_needs_grad(node, 2)) grad_in[2] = g;
+    return NB_OK;
+}

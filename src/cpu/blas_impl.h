@@ -1,0 +1,27 @@
+/* Internal: OpenBLAS glue (which kernels OpenBLAS runs) and the gemm family's reference path. */
+#ifndef NB_BLAS_IMPL_H
+#define NB_BLAS_IMPL_H
+
+#include "cpu/cpu_impl.h"
+
+/* The name of the kernel set OpenBLAS runs ("SkylakeX", "Haswell"...; "unknown" when OpenBLAS
+ * cannot say). */
+const char *nb_cpu_blas_corename(void);
+
+/* Picks OpenBLAS's kernels once (see blas.c); runs at load time from a constructor. The gemm
+ * kernel calls it too: that reference is what links blas.c, and its constructor, into programs
+ * that link libnabla.a (a static link takes only the objects something refers to). */
+void nb_cpu_blas_init(void);
+
+/* Makes OpenBLAS (a DYNAMIC_ARCH build) switch to the kernels of `coretype`, a name its
+ * OPENBLAS_CORETYPE accepts. Not thread-safe: no BLAS call may run meanwhile. Fails with
+ * NB_ERR_UNSUPPORTED when OpenBLAS cannot switch or did not take the name. nabla calls it once,
+ * at load time, with "SkylakeX" on CPUs with AVX-512 that OpenBLAS 0.3.21 does not recognise
+ * (see blas.c); tests call it to check both kernel sets. */
+nb_status nb_cpu_blas_select_core(const char *coretype);
+
+/* The gemm family's plain reference (strided loops, float accumulated in double): the same
+ * contract as nb_cpu_k_gemm for NB_OP_BMM. Tests check the BLAS path against it. */
+nb_status nb_cpu_gemm_reference(const nb_kargs *a);
+
+#endif

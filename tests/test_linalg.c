@@ -1,0 +1,451 @@
+/* Matrix products: matmul, mm, bmm, addmm, linear against PyTorch (tests/ref/cases_linalg.py) on
+ * contiguous, non-contiguous and column-major operands, gradients against PyTorch and finite
+ * differences, the BLAS path of the gemm kernel against its reference loop, OpenBLAS's kernel
+ * selection, and the error messages. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "nbtest.h"
+#include "cpu/blas_impl.h"
+
+enum { OP_MATMUL, OP_MM, OP_BMM, OP_ADDMM, OP_LINEAR };
+
+typedef struct spec {
+    int op, n;
+    int64_t tr[3];
+    double beta, alpha;
+} spec;
+
+/* The op of a case on inputs x (the stored tensors; transposed here where tr says). */
+static nb_tensor *apply(const spec *s, nb_tensor *const *x)
+{
+    nb_tensor *a[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < s->n; i++) a[i] = s->tr[i] ? nb_transpose(x[i], -1, -2) : x[i];
+    switch (s->op) {
+    case OP_MATMUL: return nb_matmul(a[0], a[1]);
+    case OP_MM: return nb_mm(a[0], a[1]);
+    case OP_BMM: return nb_bmm(a[0], a[1]);
+    case OP_ADDMM: return nb_addmm(a[0], a[1], a[2], s->beta, s->alpha);
+    default: return nb_linear(a[0], a[1], s->n > 2 ? a[2] : NULL);
+    }
+}
+
+static nb_tensor *apply_fn(nb_tensor *const *inputs, int n, void *ctx)
+{
+    return apply(ctx, inputs);
+}
+
+static void read_spec(const nb_tensor_map *m, const char *name, spec *s)
+{
+    memset(s, 0, sizeof *s);
+    int64_t op;
+    NBT_OK(nb_item_int64(NBT_CHECK(nbt_ref(m, name, "op")), &op));
+    s->op = (int)op;
+    while (s->n < 3) {
+        char key[16];
+        snprintf(key, sizeof key, "in%d", s->n);
+        if (!nbt_ref(m, name, key)) break;
+        s->n++;
+    }
+    nb_tensor *tr = NBT_CHECK(nbt_ref(m, name, "tr"));
+    NBT_OK(nb_tensor_read(tr, s->tr, (size_t)s->n * sizeof(int64_t)));
+    nb_tensor *sc = nbt_ref(m, name, "scales");
+    if (sc) {
+        double v[2];
+        NBT_OK(nb_tensor_read(sc, v, sizeof v));
+        s->beta = v[0];
+        s->alpha = v[1];
+    }
+}
+
+/* float32: rtol 1e-5 with an atol of 1e-5 for outputs that cancel to near zero (enough up to
+ * K = 300 with either of OpenBLAS's kernel sets); float64: 1e-10; integers: exact. */
+static void tolerances(nb_dtype dt, double *rtol, double *atol)
+{
+    if (dt == NB_FLOAT64) {
+        *rtol = 1e-10;
+        *atol = 1e-12;
+    } else if (dt == NB_FLOAT32) {
+        *rtol = 1e-5;
+        *atol = 1e-5;
+    } else {
+        *rtol = *atol = 0;
+    }
+}
+
+static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
+{
+    nb_scope *sc = nb_scope_begin();
+    spec s;
+    read_spec(m, name, &s);
+    nb_tensor *leaves[3];
+    for (int i = 0; i < s.n; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "in%d", i);
+        nb_tensor *in = NBT_CHECK(nbt_ref(m, name, key));
+        leaves[i] = noncontig ? nbt_noncontig(in) : NBT_CHECK(nb_clone(in));
+        if (nb_dtype_is_floating(nb_tensor_dtype(in))) NBT_OK(nb_tensor_set_requires_grad(leaves[i], true));
+    }
+    nb_tensor *out = NBT_CHECK(apply(&s, leaves));
+    double rtol, atol;
+    tolerances(nb_tensor_dtype(out), &rtol, &atol);
+    char what[256];
+    snprintf(what, sizeof what, "%s (%s): out", name, noncontig ? "non-contiguous" : "contiguous");
+    nbt_assert_close(out, nbt_ref(m, name, "out"), rtol, atol, what);
+    nb_tensor *gout = nbt_ref(m, name, "gout");
+    if (gout) {
+        NBT_OK(nb_backward(out, gout, NB_BACKWARD_DEFAULT));
+        for (int i = 0; i < s.n; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "grad%d", i);
+            snprintf(what, sizeof what, "%s (%s): %s", name, noncontig ? "non-contiguous" : "contiguous", key);
+            nb_tensor *g = nb_tensor_grad(leaves[i]);
+            nb_tensor *want = NBT_CHECK(nbt_ref(m, name, key));
+            if (!g) g = NBT_CHECK(nb_zeros_like(want)); /* PyTorch gives zeros where nothing flowed */
+            nbt_assert_close(g, want, rtol, atol, what);
+        }
+    }
+    nb_scope_end(sc);
+}
+
+static void test_pytorch_cases(void **state)
+{
+    nb_tensor_map *m = nbt_load_ref("linalg");
+    char **names;
+    int n = nbt_case_names(m, &names);
+    assert_true(n > 60);
+    for (int i = 0; i < n; i++) {
+        run_case(m, names[i], false);
+        run_case(m, names[i], true);
+    }
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+static void test_gradcheck(void **state)
+{
+    nb_tensor_map *m = nbt_load_ref("linalg");
+    char **names;
+    int n = nbt_case_names(m, &names), checked = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strstr(names[i], "/f64")) continue;
+        nb_scope *sc = nb_scope_begin();
+        spec s;
+        read_spec(m, names[i], &s);
+        nb_tensor *in[3];
+        for (int k = 0; k < s.n; k++) {
+            char key[16];
+            snprintf(key, sizeof key, "in%d", k);
+            in[k] = NBT_CHECK(nbt_ref(m, names[i], key));
+        }
+        nbt_gradcheck(apply_fn, &s, in, s.n, 1e-6, 1e-7, 1e-6, names[i]);
+        nb_scope_end(sc);
+        checked++;
+    }
+    assert_true(checked > 30);
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+/* ---- the gemm kernel: BLAS path against the reference loop -------------------------------- */
+
+static uint64_t g_rng = 88172645463325252ull;
+
+static double urand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / (double)(1ull << 53) * 2 - 1;
+}
+
+static int64_t irand(int64_t n)
+{
+    return (int64_t)((urand() + 1) / 2 * (double)n) % n;
+}
+
+static nb_tensor *rand_tensor(const int64_t *shape, int nd, nb_dtype dt)
+{
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = urand();
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_FLOAT64;
+    nb_tensor *t = NBT_CHECK(nb_tensor_from_data(v, shape, nd, &p));
+    free(v);
+    return NBT_CHECK(nb_to_dtype(t, dt));
+}
+
+enum { L_ROW, L_COL, L_STRIDED, L_BCAST, L_COUNT };
+static const char *const layout_names[] = {"row-major", "column-major", "strided", "batch-broadcast"};
+
+/* A [b, r, c] operand laid out as `layout`: strided has no unit stride (BLAS cannot read it),
+ * batch-broadcast has batch stride 0. */
+static nb_tensor *operand(int layout, int64_t b, int64_t r, int64_t c, nb_dtype dt)
+{
+    switch (layout) {
+    case L_ROW: return rand_tensor((int64_t[]){b, r, c}, 3, dt);
+    case L_COL: return NBT_CHECK(nb_transpose(rand_tensor((int64_t[]){b, c, r}, 3, dt), 1, 2));
+    case L_STRIDED: {
+        nb_tensor *t = rand_tensor((int64_t[]){b, 2 * r, 2 * c}, 3, dt);
+        t = NBT_CHECK(nb_slice(t, 1, 0, 2 * r, 2));
+        return NBT_CHECK(nb_slice(t, 2, 1, 2 * c, 2));
+    }
+    default: return NBT_CHECK(nb_expand(rand_tensor((int64_t[]){1, r, c}, 3, dt), (int64_t[]){b, r, c}, 3));
+    }
+}
+
+/* Runs the kernel and the reference on one problem; returns after comparing. */
+static void compare_paths(int64_t b, int64_t m, int64_t n, int64_t k, const int *lay, double s0, double s1,
+                          nb_dtype dt)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *x = operand(lay[0], b, m, k, dt), *y = operand(lay[1], b, k, n, dt);
+    nb_tensor *init = rand_tensor((int64_t[]){b, m, n}, 3, dt);
+    nb_tensor *o1 = operand(lay[2], b, m, n, dt), *o2 = operand(lay[2], b, m, n, dt);
+    NBT_OK(nb_copy_(o1, init));
+    NBT_OK(nb_copy_(o2, init));
+    nb_kargs a1 = {.out = o1, .in = {x, y}, .s0 = s0, .s1 = s1}, a2 = a1;
+    a2.out = o2;
+    NBT_OK(nb_cpu_k_gemm(NB_OP_BMM, &a1));
+    NBT_OK(nb_cpu_gemm_reference(&a2));
+    char what[256];
+    snprintf(what, sizeof what, "gemm %s [%lld, %lld, %lld] K %lld, a %s, b %s, out %s, s0 %g, s1 %g",
+             nb_dtype_name(dt), (long long)b, (long long)m, (long long)n, (long long)k, layout_names[lay[0]],
+             layout_names[lay[1]], layout_names[lay[2]], s0, s1);
+    double tol = dt == NB_FLOAT32 ? 1e-6 : 1e-14;
+    nbt_assert_close(o1, o2, dt == NB_FLOAT32 ? 1e-5 : 1e-12, tol * (double)(k + 1), what);
+    nb_scope_end(sc);
+}
+
+static void test_blas_vs_reference(void **state)
+{
+    static const int64_t dims[] = {0, 1, 1, 2, 3, 7, 16, 33, 64};
+    static const double scales[] = {1, 0, 0.5, -2};
+    for (int dti = 0; dti < 2; dti++) {
+        nb_dtype dt = dti ? NB_FLOAT64 : NB_FLOAT32;
+        for (int trial = 0; trial < 300; trial++) {
+            int64_t b = 1 + irand(4), m = dims[irand(9)], n = dims[irand(9)], k = dims[irand(9)];
+            int lay[3] = {(int)irand(L_COUNT), (int)irand(L_COUNT), (int)irand(L_STRIDED + 1)};
+            compare_paths(b, m, n, k, lay, scales[irand(4)], scales[irand(4)], dt);
+        }
+        /* large enough for OpenBLAS's threads, and many small batches for ours */
+        compare_paths(1, 300, 257, 190, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, dt);
+        compare_paths(2, 131, 129, 260, (int[]){L_COL, L_ROW, L_COL}, 1.5, 1, dt);
+        compare_paths(64, 9, 17, 12, (int[]){L_BCAST, L_ROW, L_ROW}, 1, 0, dt);
+        compare_paths(37, 1, 5, 40, (int[]){L_STRIDED, L_BCAST, L_COL}, -1, 0.5, dt);
+    }
+}
+
+/* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
+static void test_overwrite_and_scale(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    for (int k = 0; k <= 3; k += 3) {
+        for (int dti = 0; dti < 3; dti++) {
+            nb_dtype dt = dti == 0 ? NB_FLOAT32 : dti == 1 ? NB_FLOAT64 : NB_INT64;
+            nb_tensor_params p = nb_tensor_params_default();
+            p.dtype = dt;
+            nb_tensor *x = NBT_CHECK(nb_ones((int64_t[]){2, 2, k}, 3, &p));
+            nb_tensor *y = NBT_CHECK(nb_ones((int64_t[]){2, k, 3}, 3, &p));
+            nb_tensor *o = NBT_CHECK(nb_full((int64_t[]){2, 2, 3}, 3, dt == NB_INT64 ? 7 : NAN, &p));
+            nb_kargs a = {.out = o, .in = {x, y}, .s0 = 2, .s1 = 0};
+            NBT_OK(nb_cpu_k_gemm(NB_OP_BMM, &a));
+            nbt_assert_close(o, NBT_CHECK(nb_full((int64_t[]){2, 2, 3}, 3, 2.0 * k, &p)), 0, 0, "s1 = 0 overwrites");
+            a.s1 = 3;
+            NBT_OK(nb_cpu_k_gemm(NB_OP_BMM, &a));
+            nbt_assert_close(o, NBT_CHECK(nb_full((int64_t[]){2, 2, 3}, 3, 8.0 * k, &p)), 0, 0, "s1 = 3 scales");
+        }
+    }
+    nb_scope_end(sc);
+}
+
+static bool is_avx512_core(const char *name)
+{
+    return !strcasecmp(name, "SkylakeX") || !strcasecmp(name, "Cooperlake") || !strcasecmp(name, "SapphireRapids");
+}
+
+/* At load time nabla moves OpenBLAS to AVX-512 kernels where the CPU has them; both kernel sets
+ * compute the same products. */
+static void test_blas_core(void **state)
+{
+    char orig[64];
+    snprintf(orig, sizeof orig, "%s", nb_cpu_blas_corename());
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512cd");
+    print_message("OpenBLAS kernels: %s (AVX-512 %s, OPENBLAS_CORETYPE %s)\n", orig, avx512 ? "yes" : "no",
+                  getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    if (avx512 && !getenv("OPENBLAS_CORETYPE")) assert_true(is_avx512_core(orig));
+    if (nb_cpu_blas_select_core("Haswell") != NB_OK) {
+        print_message("OpenBLAS cannot switch kernels here (%s): switching not tested\n", nb_last_error());
+        return;
+    }
+    assert_string_equal(nb_cpu_blas_corename(), "Haswell");
+    for (int dti = 0; dti < 2; dti++)
+        compare_paths(3, 70, 90, 50, (int[]){L_ROW, L_COL, L_ROW}, 1, 0.5, dti ? NB_FLOAT64 : NB_FLOAT32);
+    if (avx512) {
+        NBT_OK(nb_cpu_blas_select_core("SkylakeX"));
+        compare_paths(3, 70, 90, 50, (int[]){L_COL, L_ROW, L_ROW}, 1, 0, NB_FLOAT32);
+    }
+    NBT_OK(nb_cpu_blas_select_core(orig));
+    assert_string_equal(nb_cpu_blas_corename(), orig);
+    NBT_FAILS(nb_cpu_blas_select_core("") != NB_OK, NB_ERR_INVALID_ARG, "blas", NULL);
+}
+
+/* ---- hand-computed values and shapes ------------------------------------------------------ */
+
+static nb_tensor *vals(const double *v, const int64_t *shape, int nd)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_FLOAT64;
+    return NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_tensor_from_data(v, shape, nd, &p)), NB_FLOAT32));
+}
+
+static void check_shape(nb_tensor *t, const int64_t *shape, int nd, const char *what)
+{
+    assert_non_null(t);
+    if (nb_tensor_ndim(t) != nd || memcmp(nb_tensor_shape(t), shape, (size_t)nd * sizeof *shape) != 0) {
+        print_error("%s: wrong shape (%d dims)\n", what, nb_tensor_ndim(t));
+        fail();
+    }
+}
+
+static void test_hand_values(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *a = vals((double[]){1, 2, 3, 4}, (int64_t[]){2, 2}, 2);
+    nb_tensor *b = vals((double[]){5, 6, 7, 8}, (int64_t[]){2, 2}, 2);
+    nb_tensor *want = vals((double[]){19, 22, 43, 50}, (int64_t[]){2, 2}, 2);
+    nbt_assert_close(nb_mm(a, b), want, 0, 0, "mm 2x2");
+    nbt_assert_close(nb_matmul(a, b), want, 0, 0, "matmul 2x2");
+    nb_tensor *u = vals((double[]){1, 2, 3}, (int64_t[]){3}, 1), *v = vals((double[]){4, 5, 6}, (int64_t[]){3}, 1);
+    nbt_assert_close(nb_matmul(u, v), vals((double[]){32}, NULL, 0), 0, 0, "dot");
+    nb_tensor *w = vals((double[]){1, 0, 0, 1, 1, 1}, (int64_t[]){3, 2}, 2);
+    nb_tensor *x = vals((double[]){1, 2}, (int64_t[]){1, 2}, 2);
+    nb_tensor *bias = vals((double[]){1, 2, 3}, (int64_t[]){3}, 1);
+    nbt_assert_close(nb_linear(x, w, bias), vals((double[]){2, 4, 6}, (int64_t[]){1, 3}, 2), 0, 0, "linear");
+    nbt_assert_close(nb_addmm(bias, x, NBT_CHECK(nb_t(w)), 2, -1), vals((double[]){1, 2, 3}, (int64_t[]){1, 3}, 2), 0,
+                     0, "addmm");
+    nb_tensor_params p = nb_tensor_params_default();
+    struct { int64_t a[4], b[4], out[4]; int na, nb, nout; } cases[] = {
+        {{5}, {5}, {0}, 1, 1, 0},
+        {{3, 5}, {5}, {3}, 2, 1, 1},
+        {{5}, {5, 4}, {4}, 1, 2, 1},
+        {{2, 3, 5}, {5}, {2, 3}, 3, 1, 2},
+        {{5}, {2, 5, 4}, {2, 4}, 1, 3, 2},
+        {{2, 1, 3, 4}, {5, 4, 2}, {2, 5, 3, 2}, 4, 3, 4},
+        {{7, 1, 3, 4}, {1, 6, 4, 2}, {7, 6, 3, 2}, 4, 4, 4},
+        {{0, 3, 4}, {4, 2}, {0, 3, 2}, 3, 2, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nb_tensor *ta = NBT_CHECK(nb_ones(cases[i].a, cases[i].na, &p));
+        nb_tensor *tb = NBT_CHECK(nb_ones(cases[i].b, cases[i].nb, &p));
+        nb_tensor *r = NBT_CHECK(nb_matmul(ta, tb));
+        check_shape(r, cases[i].out, cases[i].nout, "matmul shape");
+        nbt_assert_close(r, NBT_CHECK(nb_full(cases[i].out, cases[i].nout, (double)cases[i].a[cases[i].na - 1], &p)),
+                         0, 0, "matmul of ones");
+    }
+    nb_scope_end(sc);
+}
+
+/* An operand is saved only when the other one needs a gradient, and is version-checked then. */
+static void test_saved_operands(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *a = nbt_leaf(rand_tensor((int64_t[]){3, 4}, 2, NB_FLOAT64));
+    nb_tensor *b = rand_tensor((int64_t[]){4, 2}, 2, NB_FLOAT64);
+    nb_tensor *out = NBT_CHECK(nb_mm(a, b));
+    assert_non_null(nb_tensor_grad_fn_name(out));
+    NBT_OK(nb_fill_(b, 1)); /* b is saved for a's gradient */
+    NBT_FAILS(nb_backward(out, NBT_CHECK(nb_ones_like(out)), NB_BACKWARD_DEFAULT) != NB_OK, NB_ERR_AUTOGRAD, NULL);
+
+    nb_tensor *a2 = rand_tensor((int64_t[]){3, 4}, 2, NB_FLOAT64);
+    nb_tensor *b2 = nbt_leaf(rand_tensor((int64_t[]){4, 2}, 2, NB_FLOAT64));
+    nb_tensor *out2 = NBT_CHECK(nb_matmul(a2, b2));
+    NBT_OK(nb_fill_(a2, 1)); /* a2 is saved for b2's gradient */
+    NBT_FAILS(nb_backward(out2, NBT_CHECK(nb_ones_like(out2)), NB_BACKWARD_DEFAULT) != NB_OK, NB_ERR_AUTOGRAD, NULL);
+
+    /* b3 needs no gradient, so a3 is not saved: changing it leaves backward valid */
+    nb_tensor *a3 = nbt_leaf(rand_tensor((int64_t[]){3, 4}, 2, NB_FLOAT64));
+    nb_tensor *b3 = vals((double[]){1, 2, 3, 4, 5, 6, 7, 8}, (int64_t[]){4, 2}, 2);
+    nb_tensor *out3 = NBT_CHECK(nb_mm(a3, NBT_CHECK(nb_to_dtype(b3, NB_FLOAT64))));
+    bool prev = nb_set_grad_enabled(false);
+    NBT_OK(nb_fill_(a3, 5));
+    nb_set_grad_enabled(prev);
+    NBT_OK(nb_backward(out3, NBT_CHECK(nb_ones_like(out3)), NB_BACKWARD_DEFAULT));
+    nb_tensor *want = vals((double[]){3, 7, 11, 15, 3, 7, 11, 15, 3, 7, 11, 15}, (int64_t[]){3, 4}, 2);
+    nbt_assert_close(nb_tensor_grad(a3), want, 0, 0, "mm: grad of a = ones @ b^T");
+
+    nb_tensor *x = nbt_leaf(rand_tensor((int64_t[]){3, 4}, 2, NB_FLOAT64));
+    nb_tensor *w = rand_tensor((int64_t[]){2, 4}, 2, NB_FLOAT64);
+    nb_tensor *y = NBT_CHECK(nb_linear(x, w, NULL));
+    NBT_OK(nb_fill_(w, 0)); /* the weight is saved for x's gradient */
+    NBT_FAILS(nb_backward(y, NBT_CHECK(nb_ones_like(y)), NB_BACKWARD_DEFAULT) != NB_OK, NB_ERR_AUTOGRAD, NULL);
+    nb_scope_end(sc);
+}
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+static void test_errors(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor_params p = nb_tensor_params_default();
+#define T(...) NBT_CHECK(nb_zeros((int64_t[]){__VA_ARGS__}, sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), &p))
+    nb_tensor *s0 = NBT_CHECK(nb_scalar_tensor(1, &p));
+    NBT_FAILS(!nb_matmul(T(4, 784), T(128, 10)), NB_ERR_SHAPE, "matmul: inner dims differ (a [4, 784], b [128, 10])", NULL);
+    NBT_FAILS(!nb_matmul(T(3), T(4)), NB_ERR_SHAPE, "matmul: inner dims differ", "[3]", "[4]", NULL);
+    NBT_FAILS(!nb_matmul(T(2, 3, 4), T(5)), NB_ERR_SHAPE, "matmul: inner dims differ", "[2, 3, 4]", NULL);
+    NBT_FAILS(!nb_matmul(s0, T(2, 3)), NB_ERR_SHAPE, "matmul", "at least 1 dim", "a []", "b [2, 3]", NULL);
+    NBT_FAILS(!nb_matmul(T(3), s0), NB_ERR_SHAPE, "matmul", "at least 1 dim", NULL);
+    NBT_FAILS(!nb_matmul(T(2, 3, 4), T(3, 4, 5)), NB_ERR_SHAPE, "matmul: batch dims do not broadcast",
+              "a [2, 3, 4]", "b [3, 4, 5]", NULL);
+    NBT_FAILS(!nb_mm(T(4, 784), T(128, 10)), NB_ERR_SHAPE, "mm: inner dims differ (a [4, 784], b [128, 10])", NULL);
+    NBT_FAILS(!nb_mm(T(2, 3, 4), T(4, 2)), NB_ERR_SHAPE, "mm: expected 2-D", "[2, 3, 4]", NULL);
+    NBT_FAILS(!nb_mm(s0, T(4, 2)), NB_ERR_SHAPE, "mm: expected 2-D", "a []", NULL);
+    NBT_FAILS(!nb_bmm(T(2, 3, 4), T(3, 4, 5)), NB_ERR_SHAPE, "bmm: batch sizes differ (a [2, 3, 4], b [3, 4, 5])", NULL);
+    NBT_FAILS(!nb_bmm(T(2, 3, 4), T(2, 5, 5)), NB_ERR_SHAPE, "bmm: inner dims differ (a [2, 3, 4], b [2, 5, 5])", NULL);
+    NBT_FAILS(!nb_bmm(T(3, 4), T(4, 5)), NB_ERR_SHAPE, "bmm: expected 3-D", "a [3, 4]", NULL);
+    NBT_FAILS(!nb_linear(T(4, 784), T(10, 128), NULL), NB_ERR_SHAPE,
+              "linear: inner dims differ (x [4, 784], weight [10, 128])", NULL);
+    NBT_FAILS(!nb_linear(T(4, 3), T(3), NULL), NB_ERR_SHAPE, "linear: weight must be 2-D", "[3]", NULL);
+    NBT_FAILS(!nb_linear(s0, T(2, 1), NULL), NB_ERR_SHAPE, "linear: x must have at least 1 dim", NULL);
+    NBT_FAILS(!nb_linear(T(4, 3), T(2, 3), T(3)), NB_ERR_SHAPE, "linear: bias [3] does not broadcast", "[4, 2]", NULL);
+    NBT_FAILS(!nb_addmm(T(5), T(3, 4), T(4, 2), 1, 1), NB_ERR_SHAPE, "addmm: input [5] does not broadcast", "[3, 2]", NULL);
+    NBT_FAILS(!nb_addmm(T(3, 2), T(3, 4), T(5, 2), 1, 1), NB_ERR_SHAPE, "addmm: inner dims differ", NULL);
+    NBT_FAILS(!nb_addmm(T(3, 2), T(3), T(3, 2), 1, 1), NB_ERR_SHAPE, "addmm: expected 2-D", NULL);
+    NBT_FAILS(!nb_matmul(NULL, T(2)), NB_ERR_INVALID_ARG, "matmul", "NULL", NULL);
+    NBT_FAILS(!nb_linear(T(2), NULL, NULL), NB_ERR_INVALID_ARG, "linear", "NULL", NULL);
+    NBT_FAILS(!nb_addmm(NULL, T(2, 2), T(2, 2), 1, 1), NB_ERR_INVALID_ARG, "addmm", "NULL", NULL);
+    nb_tensor *d = NBT_CHECK(nb_to_dtype(T(3, 2), NB_FLOAT64));
+    NBT_FAILS(!nb_mm(T(2, 3), d), NB_ERR_DTYPE, "mm: dtypes differ (a float32, b float64)", NULL);
+    NBT_FAILS(!nb_linear(T(2, 2), T(3, 2), NBT_CHECK(nb_to_dtype(T(3), NB_FLOAT64))), NB_ERR_DTYPE,
+              "linear: dtypes differ (x float32, bias float64)", NULL);
+    nb_tensor *bl = NBT_CHECK(nb_to_dtype(T(2, 2), NB_BOOL));
+    NBT_FAILS(!nb_matmul(bl, bl), NB_ERR_DTYPE, "matmul: dtype bool is not supported", NULL);
+    nb_tensor *il = NBT_CHECK(nb_to_dtype(T(2, 2), NB_INT64));
+    NBT_FAILS(!nb_addmm(il, il, il, 0.5, 1), NB_ERR_INVALID_ARG, "addmm: beta and alpha must be integers", "int64",
+              NULL);
+#undef T
+    nb_scope_end(sc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pytorch_cases),
+        cmocka_unit_test(test_gradcheck),
+        cmocka_unit_test(test_blas_vs_reference),
+        cmocka_unit_test(test_overwrite_and_scale),
+        cmocka_unit_test(test_blas_core),
+        cmocka_unit_test(test_hand_values),
+        cmocka_unit_test(test_saved_operands),
+        cmocka_unit_test(test_errors),
+    };
+    return NBT_RUN(tests);
+}
