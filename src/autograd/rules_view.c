@@ -109,7 +109,7 @@ static nb_status strided_index(const nb_node *node, int64_t **out, int64_t *n_ou
 nb_status nb__bw_AS_STRIDED(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     const nb_edge *e = &node->next[0];
-    int64_t *idx, n;
+    int64_t *idx = NULL, n = 0;
     NB_TRY(strided_index(node, &idx, &n));
     nb_tensor_params p = nb_tensor_params_default();
     p.dtype = NB_INT64;
