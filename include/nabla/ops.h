@@ -105,6 +105,7 @@ NB_API nb_tensor *nb_std(const nb_tensor *t, const int64_t *dims, int ndims, int
 NB_API nb_tensor *nb_logsumexp(const nb_tensor *t, const int64_t *dims, int ndims, bool keepdim);
 /* The p-norm (p = INFINITY for the max-abs norm). */
 NB_API nb_tensor *nb_norm(const nb_tensor *t, double p, const int64_t *dims, int ndims, bool keepdim);
+/* bool results (uint8 for uint8 input, as PyTorch 1.13). */
 NB_API nb_tensor *nb_all(const nb_tensor *t, const int64_t *dims, int ndims, bool keepdim);
 NB_API nb_tensor *nb_any(const nb_tensor *t, const int64_t *dims, int ndims, bool keepdim);
 /* The max / min over all elements (a 0-dim tensor). */

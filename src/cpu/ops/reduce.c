@@ -1,0 +1,698 @@
+/* Kernels: reductions.
+ *   in[0] [d0, ..., dn-1] (any strides) is reduced over the dims set in dim_mask into out, which
+ *   has the keepdim shape (reduced dims of size 1). out2 (MAX, MIN; may be NULL) receives int64
+ *   positions along the one reduced dim.
+ *   SUM PROD      float: same dtype; integer and bool: int64
+ *   MEAN VAR NORM float only (VAR: i0 = correction, divisor max(0, n - i0), flag set: the square
+ *                 root, for std; NORM: s0 = p)
+ *   LOGSUMEXP     float out (integer inputs give float32 in the entry)
+ *   MAX MIN       same dtype; NaN wins; first occurrence of the extreme
+ *   ARGMAX ARGMIN int64 out: the row-major position among the reduced elements
+ *   ALL ANY       bool out (uint8 out for uint8 input, as PyTorch)
+ * Paths: a plain reference that walks each output's reduced elements through strides (every op,
+ * every dtype, computed in double / int64), and fast paths for float32 / float64 SUM MEAN MAX MIN
+ * NORM(p = 1, 2) and, inner mode only, VAR (two passes: the mean, then squared deviations) when
+ * the innermost memory run is contiguous:
+ *   inner: the run is reduced: each output sums whole runs (vectorised; float32 in double);
+ *   outer: the run is kept: input rows accumulate into a vector of outputs, so that a reduction
+ *          over dim 0 of [N, C] reads memory in order instead of striding per output.
+ * Both split the reduction itself across threads when there are too few outputs to go round. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cpu/cpu_impl.h"
+
+/* The reduction's geometry after dropping size-1 dims and merging dims that step as one: kept
+ * dims (outputs) and reduced dims, each in the tensor's order. Strides are in elements. */
+typedef struct rplan {
+    int nk, nr;
+    int64_t ks[NB_MAX_DIMS], kin[NB_MAX_DIMS], ko[NB_MAX_DIMS], ko2[NB_MAX_DIMS];
+    int64_t rs[NB_MAX_DIMS], rin[NB_MAX_DIMS];
+    int64_t nout, nred;
+} rplan;
+
+static void plan_init(rplan *p, const nb_kargs *a)
+{
+    const nb_tensor *in = a->in[0], *out = a->out, *o2 = a->out2;
+    memset(p, 0, sizeof *p);
+    p->nout = p->nred = 1;
+    for (int d = 0; d < in->ndim; d++) {
+        int64_t n = in->shape[d], si = in->strides[d];
+        if (a->dim_mask >> d & 1) {
+            p->nred *= n;
+            if (n <= 1) continue; /* size 0: nred or nout is 0 and no loop runs */
+            int r = p->nr;
+            if (r && p->rin[r - 1] == si * n) {
+                p->rs[r - 1] *= n;
+                p->rin[r - 1] = si;
+            } else {
+                p->rs[r] = n;
+                p->rin[r] = si;
+                p->nr++;
+            }
+        } else {
+            p->nout *= n;
+            if (n <= 1) continue;
+            int k = p->nk;
+            int64_t so = out->strides[d], s2 = o2 ? o2->strides[d] : 0;
+            if (k && p->kin[k - 1] == si * n && p->ko[k - 1] == so * n && p->ko2[k - 1] == s2 * n) {
+                p->ks[k - 1] *= n;
+                p->kin[k - 1] = si;
+                p->ko[k - 1] = so;
+                p->ko2[k - 1] = s2;
+            } else {
+                p->ks[k] = n;
+                p->kin[k] = si;
+                p->ko[k] = so;
+                p->ko2[k] = s2;
+                p->nk++;
+            }
+        }
+    }
+}
+
+/* The offset (elements) of row-major position lin in a shape with the given strides. */
+static int64_t offset_of(int64_t lin, int nd, const int64_t *shape, const int64_t *strides)
+{
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        off += (lin % shape[d]) * strides[d];
+        lin /= shape[d];
+    }
+    return off;
+}
+
+/* Walks positions of a strided shape in row-major order, keeping the current offset. */
+typedef struct walk {
+    int nd;
+    const int64_t *shape, *strides;
+    int64_t idx[NB_MAX_DIMS];
+    int64_t off;
+} walk;
+
+static void walk_seek(walk *w, int nd, const int64_t *shape, const int64_t *strides, int64_t lin)
+{
+    w->nd = nd;
+    w->shape = shape;
+    w->strides = strides;
+    w->off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        w->idx[d] = lin % shape[d];
+        w->off += w->idx[d] * strides[d];
+        lin /= shape[d];
+    }
+}
+
+static inline void walk_next(walk *w)
+{
+    for (int d = w->nd - 1; d >= 0; d--) {
+        w->off += w->strides[d];
+        if (++w->idx[d] < w->shape[d]) return;
+        w->off -= w->strides[d] * w->shape[d];
+        w->idx[d] = 0;
+    }
+}
+
+/* ---- the reference path ------------------------------------------------------------------ */
+
+static inline double ld_d(const char *p, nb_dtype dt)
+{
+    switch (dt) {
+    case NB_FLOAT32: return *(const float *)p;
+    case NB_FLOAT64: return *(const double *)p;
+    case NB_INT64: return (double)*(const int64_t *)p;
+    case NB_INT32: return *(const int32_t *)p;
+    case NB_UINT8: return *(const uint8_t *)p;
+    case NB_BOOL: return *(const bool *)p;
+    default: return 0;
+    }
+}
+
+static inline int64_t ld_i(const char *p, nb_dtype dt)
+{
+    switch (dt) {
+    case NB_INT64: return *(const int64_t *)p;
+    case NB_INT32: return *(const int32_t *)p;
+    case NB_UINT8: return *(const uint8_t *)p;
+    case NB_BOOL: return *(const bool *)p;
+    default: return (int64_t)ld_d(p, dt);
+    }
+}
+
+static inline void st_val(char *p, nb_dtype dt, double d, int64_t i, bool is_int)
+{
+    switch (dt) {
+    case NB_FLOAT32: *(float *)p = (float)(is_int ? (double)i : d); break;
+    case NB_FLOAT64: *(double *)p = is_int ? (double)i : d; break;
+    case NB_INT64: *(int64_t *)p = is_int ? i : (int64_t)d; break;
+    case NB_INT32: *(int32_t *)p = (int32_t)(is_int ? i : (int64_t)d); break;
+    case NB_UINT8: *(uint8_t *)p = (uint8_t)(is_int ? i : (int64_t)d); break;
+    case NB_BOOL: *(bool *)p = is_int ? i != 0 : d != 0; break;
+    default: break;
+    }
+}
+
+/* One output of the reference: the reduced elements of `in` at base offset `base` (elements). */
+typedef struct rres {
+    double d;
+    int64_t i, idx;
+    bool is_int;
+} rres;
+
+#define FOR_REDUCED(p, k, w, ...)                                                                \
+    do {                                                                                         \
+        walk w;                                                                                  \
+        walk_seek(&w, (p)->nr, (p)->rs, (p)->rin, 0);                                            \
+        for (int64_t k = 0; k < (p)->nred; k++, walk_next(&w)) { __VA_ARGS__; }                  \
+    } while (0)
+
+/* max (sign 1) or min (sign -1) with its first position; NaN wins. Integers compare as int64. */
+static rres ref_extreme(const rplan *p, const char *b, nb_dtype dt, int sign)
+{
+    int64_t es = (int64_t)nb_dtype_size(dt);
+    rres r = {.is_int = !nb_dtype_is_floating(dt), .idx = 0};
+    r.d = ld_d(b, dt);
+    r.i = ld_i(b, dt);
+    FOR_REDUCED(p, k, w, {
+        const char *q = b + w.off * es;
+        if (r.is_int) {
+            int64_t v = ld_i(q, dt);
+            if (sign > 0 ? v > r.i : v < r.i) r.i = v, r.idx = k;
+        } else {
+            double v = ld_d(q, dt);
+            if (!isnan(r.d) && (isnan(v) || (sign > 0 ? v > r.d : v < r.d))) r.d = v, r.idx = k;
+        }
+    });
+    return r;
+}
+
+static double ref_norm(const rplan *p, const char *b, nb_dtype dt, double pn)
+{
+    int64_t es = (int64_t)nb_dtype_size(dt);
+    double s = 0;
+    if (isinf(pn)) {
+        if (p->nred == 0) return 0;
+        s = fabs(ld_d(b, dt));
+        FOR_REDUCED(p, k, w, {
+            double v = fabs(ld_d(b + w.off * es, dt));
+            if (!isnan(s) && (isnan(v) || (pn > 0 ? v > s : v < s))) s = v;
+        });
+        return s;
+    }
+    FOR_REDUCED(p, k, w, {
+        double v = fabs(ld_d(b + w.off * es, dt));
+        s += pn == 0 ? (v != 0) : pn == 1 ? v : pn == 2 ? v * v : pow(v, pn);
+    });
+    return pn == 0 || pn == 1 ? s : pn == 2 ? sqrt(s) : pow(s, 1 / pn);
+}
+
+static rres ref_one(nb_op op, const nb_kargs *a, const rplan *p, const char *b)
+{
+    nb_dtype dt = a->in[0]->dtype;
+    int64_t es = (int64_t)nb_dtype_size(dt), n = p->nred;
+    bool is_int = !nb_dtype_is_floating(dt);
+    rres r = {.is_int = false};
+    switch (op) {
+    case NB_OP_SUM:
+    case NB_OP_MEAN:
+        r.is_int = is_int;
+        FOR_REDUCED(p, k, w, {
+            if (is_int) r.i += ld_i(b + w.off * es, dt);
+            else r.d += ld_d(b + w.off * es, dt);
+        });
+        if (op == NB_OP_MEAN) r.d /= (double)n;
+        break;
+    case NB_OP_PROD:
+        r.is_int = is_int;
+        r.d = 1;
+        r.i = 1;
+        FOR_REDUCED(p, k, w, {
+            if (is_int) r.i *= ld_i(b + w.off * es, dt);
+            else r.d *= ld_d(b + w.off * es, dt);
+        });
+        break;
+    case NB_OP_MAX:
+    case NB_OP_ARGMAX: return ref_extreme(p, b, dt, 1);
+    case NB_OP_MIN:
+    case NB_OP_ARGMIN: return ref_extreme(p, b, dt, -1);
+    case NB_OP_ALL:
+    case NB_OP_ANY:
+        r.is_int = true;
+        r.i = op == NB_OP_ALL;
+        FOR_REDUCED(p, k, w, {
+            bool nz = ld_d(b + w.off * es, dt) != 0;
+            if (op == NB_OP_ALL ? !nz : nz) {
+                r.i = op == NB_OP_ANY;
+                break;
+            }
+        });
+        break;
+    case NB_OP_VAR: {
+        double mean = 0, ss = 0, dof = (double)n - (double)a->i0;
+        FOR_REDUCED(p, k, w, mean += ld_d(b + w.off * es, dt));
+        mean /= (double)n;
+        FOR_REDUCED(p, k, w, {
+            double dv = ld_d(b + w.off * es, dt) - mean;
+            ss += dv * dv;
+        });
+        r.d = ss / (dof > 0 ? dof : 0);
+        if (a->flag) r.d = sqrt(r.d);
+        break;
+    }
+    case NB_OP_LOGSUMEXP: {
+        double m = -INFINITY, s = 0;
+        FOR_REDUCED(p, k, w, {
+            double v = ld_d(b + w.off * es, dt);
+            if (!isnan(m) && (isnan(v) || v > m)) m = v;
+        });
+        double shift = isinf(m) ? 0 : m;
+        FOR_REDUCED(p, k, w, s += exp(ld_d(b + w.off * es, dt) - shift));
+        r.d = log(s) + shift;
+        break;
+    }
+    case NB_OP_NORM: r.d = ref_norm(p, b, dt, a->s0); break;
+    default: break;
+    }
+    return r;
+}
+
+static void reference(nb_op op, const nb_kargs *a, const rplan *p)
+{
+    const nb_tensor *in = a->in[0];
+    nb_tensor *out = a->out, *o2 = a->out2;
+    const char *ib = nb__data(in);
+    char *ob = nb__data(out), *o2b = o2 ? nb__data(o2) : NULL;
+    int64_t ies = (int64_t)nb_dtype_size(in->dtype), oes = (int64_t)nb_dtype_size(out->dtype);
+    bool arg = op == NB_OP_ARGMAX || op == NB_OP_ARGMIN;
+    int nt = nb_cpu_threads_for(p->nout * (p->nred > 0 ? p->nred : 1), 0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t o = 0; o < p->nout; o++) {
+        const char *b = ib + offset_of(o, p->nk, p->ks, p->kin) * ies;
+        rres r = ref_one(op, a, p, b);
+        char *dst = ob + offset_of(o, p->nk, p->ks, p->ko) * oes;
+        if (arg) *(int64_t *)dst = r.idx;
+        else st_val(dst, out->dtype, r.d, r.i, r.is_int);
+        if (o2b) *(int64_t *)(o2b + offset_of(o, p->nk, p->ks, p->ko2) * 8) = r.idx;
+    }
+}
+
+/* ---- fast paths: float32 / float64 runs ---------------------------------------------------- */
+
+typedef enum fop { F_ADD, F_ADDSQ, F_ADDABS, F_MAX, F_MIN, F_SQDEV } fop; /* SQDEV: (x - shift)^2 */
+
+static inline double f_identity(fop f) { return f == F_MAX ? -INFINITY : f == F_MIN ? INFINITY : 0; }
+
+static inline double f_combine(fop f, double x, double y)
+{
+    if (f == F_MAX || f == F_MIN) {
+        if (isnan(x) || isnan(y)) return NAN;
+        return f == F_MAX ? (x > y ? x : y) : (x < y ? x : y);
+    }
+    return x + y;
+}
+
+#if defined(__x86_64__)
+/* float32 sum in double: eight accumulators of eight lanes keep the adds independent. */
+__attribute__((target("avx512f"))) static double sum_f32_avx512(const float *x, int64_t n)
+{
+    __m512d acc[8];
+    for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 8; k++) acc[k] = _mm512_add_pd(acc[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * k)));
+    for (; i + 8 <= n; i += 8) acc[0] = _mm512_add_pd(acc[0], _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
+    for (int k = 1; k < 8; k++) acc[0] = _mm512_add_pd(acc[0], acc[k]);
+    double s = _mm512_reduce_add_pd(acc[0]);
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* float32 max / min (sign 1 / -1) of n >= 1 elements; any NaN gives NaN. */
+__attribute__((target("avx512f"))) static double extreme_f32_avx512(const float *x, int64_t n, int sign)
+{
+    __m512 a0 = _mm512_set1_ps(x[0]), a1 = a0;
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
+        a1 = sign > 0 ? _mm512_max_ps(a1, v1) : _mm512_min_ps(a1, v1);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 v0 = _mm512_loadu_ps(x + i);
+        nan |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
+    }
+    a0 = sign > 0 ? _mm512_max_ps(a0, a1) : _mm512_min_ps(a0, a1);
+    double r = sign > 0 ? _mm512_reduce_max_ps(a0) : _mm512_reduce_min_ps(a0);
+    for (; i < n; i++) {
+        if (x[i] != x[i]) nan = 1;
+        r = sign > 0 ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+    }
+    return nan ? NAN : r;
+}
+
+/* acc[j] += the nrows rows' x[j], in double: the outer mode's inner loop for float32 sums. */
+__attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, const float *const *rows, int nrows,
+                                                                 int64_t n)
+{
+    int64_t j = 0;
+#define LD(r, k) _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + (k)))
+    if (nrows == 8) /* a tree of adds: short dependency chains */
+        for (; j + 8 <= n; j += 8) {
+            __m512d s0 = _mm512_add_pd(LD(0, 0), LD(1, 0)), s1 = _mm512_add_pd(LD(2, 0), LD(3, 0));
+            __m512d s2 = _mm512_add_pd(LD(4, 0), LD(5, 0)), s3 = _mm512_add_pd(LD(6, 0), LD(7, 0));
+            __m512d t = _mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3));
+            _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), t));
+        }
+#undef LD
+    for (; j + 16 <= n; j += 16) {
+        __m512d a0 = _mm512_loadu_pd(acc + j), a1 = _mm512_loadu_pd(acc + j + 8);
+        for (int r = 0; r < nrows; r++) {
+            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j)));
+            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + 8)));
+        }
+        _mm512_storeu_pd(acc + j, a0);
+        _mm512_storeu_pd(acc + j + 8, a1);
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
+}
+
+/* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
+static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#endif
+
+/* The plain loops below are written for the vectoriser (8 independent partial results), and
+ * compiled for AVX-512, AVX2 and the baseline, picked at load time. */
+#if defined(__x86_64__)
+#define NB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NB_CLONES
+#endif
+#define RUN_FN(NAME, T)                                                                          \
+    NB_CLONES static double NAME(fop f, const T *restrict x, int64_t n, double shift)            \
+    {                                                                                            \
+        double s[8];                                                                             \
+        int64_t i = 0;                                                                           \
+        for (int k = 0; k < 8; k++) s[k] = f_identity(f);                                        \
+        if (f == F_MAX || f == F_MIN) {                                                          \
+            int nan = 0;                                                                         \
+            for (; i + 8 <= n; i += 8)                                                           \
+                for (int k = 0; k < 8; k++) {                                                    \
+                    double v = x[i + k];                                                         \
+                    nan |= v != v;                                                               \
+                    s[k] = (f == F_MAX) ? (v > s[k] ? v : s[k]) : (v < s[k] ? v : s[k]);         \
+                }                                                                                \
+            double r = f_identity(f);                                                            \
+            for (int k = 0; k < 8; k++) r = f_combine(f, r, s[k]);                               \
+            for (; i < n; i++) r = f_combine(f, r, x[i]);                                        \
+            return nan ? NAN : r;                                                                \
+        }                                                                                        \
+        for (; i + 8 <= n; i += 8)                                                               \
+            for (int k = 0; k < 8; k++) {                                                        \
+                double v = f == F_SQDEV ? x[i + k] - shift : x[i + k];                           \
+                s[k] += f == F_ADD ? v : f == F_ADDABS ? fabs(v) : v * v;                        \
+            }                                                                                    \
+        double r = 0;                                                                            \
+        for (int k = 0; k < 8; k++) r += s[k];                                                   \
+        for (; i < n; i++) {                                                                     \
+            double v = f == F_SQDEV ? x[i] - shift : x[i];                                       \
+            r += f == F_ADD ? v : f == F_ADDABS ? fabs(v) : v * v;                               \
+        }                                                                                        \
+        return r;                                                                                \
+    }
+RUN_FN(run_f32_generic, float)
+RUN_FN(run_f64, double)
+
+static double run_f32(fop f, const float *x, int64_t n, double shift)
+{
+#if defined(__x86_64__)
+    if (f == F_ADD && have_avx512()) return sum_f32_avx512(x, n);
+    if ((f == F_MAX || f == F_MIN) && n > 0 && have_avx512()) return extreme_f32_avx512(x, n, f == F_MAX ? 1 : -1);
+#endif
+    return run_f32_generic(f, x, n, shift);
+}
+
+/* acc[j] (op)= x_r[j] for the nrows rows given; NaN propagates for MAX / MIN. */
+#define ROWS_FN(NAME, T)                                                                         \
+    NB_CLONES static void NAME(fop f, double *restrict acc, const T *const *rows, int nrows,     \
+                               int64_t n)                                                        \
+    {                                                                                            \
+        for (int r = 0; r < nrows; r++) {                                                        \
+            const T *restrict x = rows[r];                                                       \
+            switch (f) {                                                                         \
+            case F_ADD: for (int64_t j = 0; j < n; j++) acc[j] += x[j]; break;                   \
+            case F_ADDSQ: for (int64_t j = 0; j < n; j++) acc[j] += (double)x[j] * x[j]; break;  \
+            case F_ADDABS: for (int64_t j = 0; j < n; j++) acc[j] += fabs((double)x[j]); break;  \
+            case F_MAX:                                                                          \
+                for (int64_t j = 0; j < n; j++) {                                                \
+                    double v = x[j];                                                             \
+                    acc[j] = (v > acc[j] || v != v) && acc[j] == acc[j] ? v : acc[j];            \
+                }                                                                                \
+                break;                                                                           \
+            case F_MIN:                                                                          \
+                for (int64_t j = 0; j < n; j++) {                                                \
+                    double v = x[j];                                                             \
+                    acc[j] = (v < acc[j] || v != v) && acc[j] == acc[j] ? v : acc[j];            \
+                }                                                                                \
+                break;                                                                           \
+            default: break; /* F_SQDEV: inner mode only */                                       \
+            }                                                                                    \
+        }                                                                                        \
+    }
+ROWS_FN(rows_f32, float)
+ROWS_FN(rows_f64, double)
+
+typedef struct fast {
+    fop f;
+    nb_op op;
+    bool f32, sqrt; /* sqrt: VAR computing std */
+    int64_t correction;
+    double shift; /* F_SQDEV: the mean of the output being reduced */
+    const char *in;
+    char *out;
+    int64_t es;
+} fast;
+
+static double fast_run(const fast *c, int64_t off, int64_t n)
+{
+    return c->f32 ? run_f32(c->f, (const float *)c->in + off, n, c->shift)
+                  : run_f64(c->f, (const double *)c->in + off, n, c->shift);
+}
+
+static void fast_store(const fast *c, const rplan *p, int64_t o, double v)
+{
+    if (c->op == NB_OP_MEAN) v /= (double)p->nred;
+    else if (c->f == F_ADDSQ) v = sqrt(v);
+    else if (c->op == NB_OP_VAR) {
+        double dof = (double)p->nred - (double)c->correction;
+        v /= dof > 0 ? dof : 0;
+        if (c->sqrt) v = sqrt(v);
+    }
+    char *dst = c->out + offset_of(o, p->nk, p->ks, p->ko) * c->es;
+    if (c->f32) *(float *)dst = (float)v;
+    else *(double *)dst = v;
+}
+
+/* Inner mode: reduced positions [q0, q1) of one output, q = (outer reduced position) * L + j. */
+static double inner_range(const fast *c, const rplan *p, int64_t base, int64_t q0, int64_t q1)
+{
+    int64_t L = p->rs[p->nr - 1];
+    walk w;
+    walk_seek(&w, p->nr - 1, p->rs, p->rin, q0 / L);
+    double acc = f_identity(c->f);
+    for (int64_t q = q0; q < q1;) {
+        int64_t j = q % L, len = L - j < q1 - q ? L - j : q1 - q;
+        acc = f_combine(c->f, acc, fast_run(c, base + w.off + j, len));
+        q += len;
+        walk_next(&w);
+    }
+    return acc;
+}
+
+/* One output's reduction with its run split across nt threads (few outputs, long runs). */
+static double inner_split(const fast *c, const rplan *p, int64_t base, int nt)
+{
+    double part[256];
+    if (nt > 256) nt = 256;
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+        int t = 0, n = 1;
+#endif
+        part[t] = inner_range(c, p, base, p->nred * t / n, p->nred * (t + 1) / n);
+        if (t == 0)
+            for (int k = n; k < nt; k++) part[k] = f_identity(c->f);
+    }
+    double acc = f_identity(c->f);
+    for (int k = 0; k < nt; k++) acc = f_combine(c->f, acc, part[k]);
+    return acc;
+}
+
+/* One output: a single pass, or for VAR the mean and then the squared deviations from it. */
+static double inner_output(const fast *c, const rplan *p, int64_t o, int nt)
+{
+    int64_t base = offset_of(o, p->nk, p->ks, p->kin);
+    if (c->op != NB_OP_VAR) return nt > 1 ? inner_split(c, p, base, nt) : inner_range(c, p, base, 0, p->nred);
+    fast m = *c;
+    m.f = F_ADD;
+    double sum = nt > 1 ? inner_split(&m, p, base, nt) : inner_range(&m, p, base, 0, p->nred);
+    m.f = F_SQDEV;
+    m.shift = sum / (double)p->nred;
+    return nt > 1 ? inner_split(&m, p, base, nt) : inner_range(&m, p, base, 0, p->nred);
+}
+
+static nb_status inner_mode(const fast *c, const rplan *p)
+{
+    int nt = nb_cpu_threads_for(p->nout * p->nred, 0);
+    if (p->nout >= nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t o = 0; o < p->nout; o++) fast_store(c, p, o, inner_output(c, p, o, 1));
+        return NB_OK;
+    }
+    /* few outputs: each one's reduction is split across the threads */
+    for (int64_t o = 0; o < p->nout; o++) fast_store(c, p, o, inner_output(c, p, o, nt));
+    return NB_OK;
+}
+
+#define OUTER_CW 2048 /* output columns per accumulator block: 16 KiB of doubles, in L1 */
+
+/* Outer mode: accumulates reduced positions [r0, r1) of the columns [c0, c0 + cw) of outer kept
+ * position ko into acc. */
+static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, int64_t cw, int64_t r0,
+                        int64_t r1, double *acc)
+{
+    int64_t base = offset_of(ko, p->nk - 1, p->ks, p->kin) + c0;
+    walk w;
+    walk_seek(&w, p->nr, p->rs, p->rin, r0);
+    const void *rows[8];
+    /* Eight rows at a time halve the passes over acc, but interleave eight read streams: that
+     * starves the prefetchers when each row is a fraction of a page and the eight are not one
+     * short run (measured on [R, K] float32: K = 128..1024 reads twice as fast one row at a time) */
+    int64_t rb = cw * c->es;
+    int nrows = 0, maxrows = rb <= 256 || rb >= 8192 ? 8 : 1;
+#if defined(__x86_64__)
+    bool avx = c->f32 && c->f == F_ADD && have_avx512();
+#else
+    bool avx = false;
+#endif
+    for (int64_t r = r0; r < r1; r++, walk_next(&w)) {
+        rows[nrows++] = c->in + (base + w.off) * c->es;
+        if (nrows < maxrows && r + 1 < r1) continue;
+#if defined(__x86_64__)
+        if (avx) rows_add_f32_avx512(acc, (const float *const *)rows, nrows, cw);
+        else
+#endif
+        if (c->f32) rows_f32(c->f, acc, (const float *const *)rows, nrows, cw);
+        else rows_f64(c->f, acc, (const double *const *)rows, nrows, cw);
+        nrows = 0;
+    }
+}
+
+static nb_status outer_mode(const fast *c, const rplan *p)
+{
+    int64_t K = p->ks[p->nk - 1], nko = p->nout / K, nch = (K + OUTER_CW - 1) / OUTER_CW;
+    int64_t items = nko * nch;
+    int nt = nb_cpu_threads_for(p->nout * p->nred, 0);
+    double init = f_identity(c->f);
+    if (items >= nt || p->nred < 2 * nt) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t it = 0; it < items; it++) {
+            double acc[OUTER_CW];
+            int64_t ko = it / nch, c0 = (it % nch) * OUTER_CW, cw = K - c0 < OUTER_CW ? K - c0 : OUTER_CW;
+            for (int64_t j = 0; j < cw; j++) acc[j] = init;
+            outer_block(c, p, ko, c0, cw, 0, p->nred, acc);
+            for (int64_t j = 0; j < cw; j++) fast_store(c, p, ko * K + c0 + j, acc[j]);
+        }
+        return NB_OK;
+    }
+    /* few columns, many rows: each thread takes a share of the rows */
+    double *part = malloc((size_t)nt * OUTER_CW * sizeof *part);
+    if (!part) return nb__err(NB_ERR_OOM, "%s: out of memory", nb__op_name(c->op));
+    for (int64_t it = 0; it < items; it++) {
+        int64_t ko = it / nch, c0 = (it % nch) * OUTER_CW, cw = K - c0 < OUTER_CW ? K - c0 : OUTER_CW;
+        for (int64_t k = 0; k < (int64_t)nt * OUTER_CW; k++) part[k] = init;
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+            int t = 0, n = 1;
+#endif
+            outer_block(c, p, ko, c0, cw, p->nred * t / n, p->nred * (t + 1) / n, part + (int64_t)t * OUTER_CW);
+        }
+        for (int64_t j = 0; j < cw; j++) {
+            double acc = init;
+            for (int k = 0; k < nt; k++) acc = f_combine(c->f, acc, part[(int64_t)k * OUTER_CW + j]);
+            fast_store(c, p, ko * K + c0 + j, acc);
+        }
+    }
+    free(part);
+    return NB_OK;
+}
+
+/* Takes a fast path when one applies; *done tells whether it did. */
+static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *done)
+{
+    const nb_tensor *in = a->in[0];
+    *done = false;
+    if ((in->dtype != NB_FLOAT32 && in->dtype != NB_FLOAT64) || a->out->dtype != in->dtype) return NB_OK;
+    if (p->nout == 0 || p->nred == 0 || a->out2) return NB_OK;
+    fast c = {.op = op, .f32 = in->dtype == NB_FLOAT32, .in = nb__data(in), .out = nb__data(a->out),
+              .es = (int64_t)nb_dtype_size(in->dtype)};
+    switch (op) {
+    case NB_OP_SUM:
+    case NB_OP_MEAN: c.f = F_ADD; break;
+    case NB_OP_MAX: c.f = F_MAX; break;
+    case NB_OP_MIN: c.f = F_MIN; break;
+    case NB_OP_NORM:
+        if (a->s0 != 1 && a->s0 != 2) return NB_OK;
+        c.f = a->s0 == 1 ? F_ADDABS : F_ADDSQ;
+        break;
+    case NB_OP_VAR:
+        c.f = F_SQDEV;
+        c.correction = a->i0;
+        c.sqrt = a->flag;
+        break;
+    default: return NB_OK;
+    }
+    if (p->nr > 0 && p->rin[p->nr - 1] == 1) {
+        *done = true;
+        return inner_mode(&c, p);
+    }
+    if (op != NB_OP_VAR && p->nk > 0 && p->kin[p->nk - 1] == 1 && p->ko[p->nk - 1] == 1) {
+        *done = true;
+        return outer_mode(&c, p);
+    }
+    return NB_OK;
+}
+
+nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a)
+{
+    const nb_tensor *in = a->in[0];
+    if (in->dtype == NB_FLOAT16 || in->dtype == NB_BFLOAT16 || (unsigned)in->dtype >= NB_DTYPE_COUNT)
+        return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported on the CPU", nb__op_name(op),
+                       nb_dtype_name(in->dtype));
+    rplan p;
+    plan_init(&p, a);
+    if (p.nout == 0) return NB_OK;
+    bool extreme = op == NB_OP_MAX || op == NB_OP_MIN || op == NB_OP_ARGMAX || op == NB_OP_ARGMIN;
+    if (extreme && p.nred == 0)
+        return nb__err(NB_ERR_INVALID_ARG, "%s: cannot reduce over a dim of size 0", nb__op_name(op));
+    bool done;
+    NB_TRY(try_fast(op, a, &p, &done));
+    if (!done) reference(op, a, &p);
+    return NB_OK;
+}

@@ -1,0 +1,333 @@
+/* Kernels: softmax and log_softmax along dim i0, and their backward. float32 / float64.
+ *   SOFTMAX               out = exp(x - max) / sum(exp(x - max))       along i0 of in[0]
+ *   LOG_SOFTMAX           out = x - max - log(sum(exp(x - max)))
+ *   SOFTMAX_BACKWARD      in = (g, y): out = y * (g - sum(g * y))
+ *   LOG_SOFTMAX_BACKWARD  in = (g, y): out = g - exp(y) * sum(g)
+ * All shapes equal out's (inputs may be expanded: stride 0). A "line" is the 1-D slice along i0
+ * at one position of the other dims; lines are independent and split across threads.
+ * Paths: the reference walks each line through strides and computes in double. Fast paths take
+ * contiguous inputs: float32 rows (i0 the last dim) with AVX-512, three passes over a row that
+ * stays in L1 (max; exp, store and sum in double; scale) with a float32 exp accurate to about
+ * 1 ulp; and, when i0 is not the last dim, blocks of columns of [outer, D, inner] that run the
+ * same passes down the columns while reading memory along rows. A NaN in a line makes the whole
+ * line NaN, as in PyTorch. The backward takes the reference path. */
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cpu/cpu_impl.h"
+
+/* The lines of up to three operands (0 = out, 1.. = inputs): the other dims' shape and strides,
+ * the length D along dim and each operand's stride along it (all in elements). */
+typedef struct lines {
+    int nd, nops;
+    int64_t shape[NB_MAX_DIMS], st[3][NB_MAX_DIMS];
+    int64_t D, sd[3], n;
+} lines;
+
+static void lines_init(lines *l, int64_t dim, nb_tensor *out, const nb_tensor *const *in, int n_in)
+{
+    memset(l, 0, sizeof *l);
+    const nb_tensor *ops[3] = {out, n_in > 0 ? in[0] : NULL, n_in > 1 ? in[1] : NULL};
+    l->nops = 1 + n_in;
+    l->D = out->ndim ? out->shape[dim] : 1;
+    l->n = 1;
+    for (int d = 0; d < out->ndim; d++) {
+        if (d == dim) {
+            for (int k = 0; k < l->nops; k++) l->sd[k] = ops[k]->strides[d];
+            continue;
+        }
+        l->shape[l->nd] = out->shape[d];
+        for (int k = 0; k < l->nops; k++) l->st[k][l->nd] = ops[k]->strides[d];
+        l->n *= out->shape[d];
+        l->nd++;
+    }
+}
+
+static int64_t line_off(const lines *l, int k, int64_t line)
+{
+    int64_t off = 0;
+    for (int d = l->nd - 1; d >= 0; d--) {
+        off += (line % l->shape[d]) * l->st[k][d];
+        line /= l->shape[d];
+    }
+    return off;
+}
+
+/* ---- the reference: one line in double --------------------------------------------------- */
+
+#define REF_FWD(NAME, T)                                                                         \
+    static void NAME(const T *x, int64_t sx, T *y, int64_t sy, int64_t D, bool lg)               \
+    {                                                                                            \
+        double m = -INFINITY, s = 0;                                                             \
+        for (int64_t i = 0; i < D; i++) {                                                        \
+            double v = x[i * sx];                                                                \
+            if (!isnan(m) && (isnan(v) || v > m)) m = v;                                         \
+        }                                                                                        \
+        for (int64_t i = 0; i < D; i++) {                                                        \
+            double e = exp(x[i * sx] - m);                                                       \
+            s += e;                                                                              \
+            if (!lg) y[i * sy] = (T)e; /* stored once, scaled below */                           \
+        }                                                                                        \
+        double ls = log(s);                                                                      \
+        for (int64_t i = 0; i < D; i++)                                                          \
+            y[i * sy] = (T)(lg ? (x[i * sx] - m) - ls : y[i * sy] / s);                          \
+    }
+REF_FWD(ref_fwd_f32, float)
+REF_FWD(ref_fwd_f64, double)
+
+#define REF_BWD(NAME, T)                                                                         \
+    static void NAME(const T *g, int64_t sg, const T *y, int64_t sy, T *o, int64_t so, int64_t D, \
+                     bool lg)                                                                    \
+    {                                                                                            \
+        double s = 0;                                                                            \
+        for (int64_t i = 0; i < D; i++) s += lg ? (double)g[i * sg] : (double)g[i * sg] * y[i * sy]; \
+        for (int64_t i = 0; i < D; i++) {                                                        \
+            double gi = g[i * sg], yi = y[i * sy];                                               \
+            o[i * so] = (T)(lg ? gi - exp(yi) * s : yi * (gi - s));                              \
+        }                                                                                        \
+    }
+REF_BWD(ref_bwd_f32, float)
+REF_BWD(ref_bwd_f64, double)
+
+/* ---- the fast path: contiguous float32 rows ---------------------------------------------- */
+
+#if defined(__x86_64__)
+/* exp for float32 lanes (Cephes' expf: Cody-Waite reduction by ln 2, a degree-6 polynomial,
+ * about 1 ulp), for x in [-110, 89] or NaN. scalef scales by 2^n with overflow to inf and
+ * gradual underflow; below -110 the result rounds to exactly 0, so clamping there makes -inf
+ * give 0. NaN passes through (max/min return their second operand when it is NaN). */
+__attribute__((target("avx512f"))) static inline __m512 exp_core(__m512 x)
+{
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* exp of x <= 0 (x - max in a softmax) or NaN. */
+__attribute__((target("avx512f"))) static inline __m512 exp_nonpos(__m512 x)
+{
+    return exp_core(_mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+}
+
+__attribute__((target("avx512f"))) static inline __m512d lo_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+
+__attribute__((target("avx512f"))) static inline __m512d hi_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+__attribute__((target("avx512f"))) static void row_f32_avx512(const float *x, float *y, int64_t D, bool lg)
+{
+    int64_t i;
+    __mmask16 tail = (__mmask16)((1u << (D & 15)) - 1);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm = ninf;
+    for (i = 0; i + 16 <= D; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    if (tail) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, tail, x + i));
+    float m = _mm512_reduce_max_ps(vm);
+    __m512 vmax = _mm512_set1_ps(m);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= D; i += 16) {
+        __m512 e = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
+        if (!lg) _mm512_storeu_ps(y + i, e);
+        s0 = _mm512_add_pd(s0, lo_pd(e));
+        s1 = _mm512_add_pd(s1, hi_pd(e));
+    }
+    if (tail) {
+        __m512 e = _mm512_maskz_mov_ps(tail, exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), vmax)));
+        if (!lg) _mm512_mask_storeu_ps(y + i, tail, e);
+        s0 = _mm512_add_pd(s0, lo_pd(e));
+        s1 = _mm512_add_pd(s1, hi_pd(e));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    if (lg) {
+        __m512 ls = _mm512_set1_ps((float)log(s));
+        for (i = 0; i + 16 <= D; i += 16)
+            _mm512_storeu_ps(y + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax), ls));
+        if (tail)
+            _mm512_mask_storeu_ps(y + i, tail,
+                                  _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), vmax), ls));
+        return;
+    }
+    __m512 inv = _mm512_set1_ps((float)(1.0 / s));
+    for (i = 0; i + 16 <= D; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
+    if (tail) _mm512_mask_storeu_ps(y + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + i), inv));
+}
+
+/* e[j] = exp(x[j] - m[j]) for a run of columns. */
+__attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const float *x, const float *m, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(e + i, exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(m + i))));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(e + i, k, exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, m + i))));
+    }
+}
+
+/* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
+static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#endif
+
+/* ---- the fast path: contiguous [outer, D, inner], dim not last ------------------------------ */
+
+#define COL_CW 256 /* columns handled together: their running max and sum stay in registers / L1 */
+
+static void expsub_f32(float *e, const float *x, const float *m, int64_t n)
+{
+#if defined(__x86_64__)
+    if (have_avx512()) {
+        expsub_f32_avx512(e, x, m, n);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < n; j++) e[j] = (float)exp((double)(x[j] - m[j]));
+}
+
+static void expsub_f64(double *e, const double *x, const double *m, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) e[j] = exp(x[j] - m[j]);
+}
+
+/* Softmax down columns [0, cw) of x (rows D apart by `inner` elements) into y: the same three
+ * passes as a row, over a block of columns at once so that memory is read along rows. */
+#define COLS_FN(NAME, T, EXPSUB)                                                                 \
+    static void NAME(const T *x, T *y, int64_t D, int64_t inner, int64_t cw, bool lg)            \
+    {                                                                                            \
+        T m[COL_CW], e[COL_CW];                                                                  \
+        double s[COL_CW];                                                                        \
+        for (int64_t j = 0; j < cw; j++) m[j] = (T)-INFINITY, s[j] = 0;                          \
+        for (int64_t d = 0; d < D; d++)                                                          \
+            for (int64_t j = 0; j < cw; j++) {                                                   \
+                T v = x[d * inner + j];                                                          \
+                m[j] = (v > m[j] || v != v) && m[j] == m[j] ? v : m[j];                          \
+            }                                                                                    \
+        for (int64_t d = 0; d < D; d++) {                                                        \
+            EXPSUB(e, x + d * inner, m, cw);                                                     \
+            for (int64_t j = 0; j < cw; j++) s[j] += e[j];                                       \
+            if (!lg) memcpy(y + d * inner, e, (size_t)cw * sizeof(T));                           \
+        }                                                                                        \
+        for (int64_t j = 0; j < cw; j++) s[j] = lg ? log(s[j]) : 1.0 / s[j];                     \
+        for (int64_t d = 0; d < D; d++)                                                          \
+            for (int64_t j = 0; j < cw; j++)                                                     \
+                y[d * inner + j] = lg ? (x[d * inner + j] - m[j]) - (T)s[j] : y[d * inner + j] * (T)s[j]; \
+    }
+COLS_FN(cols_f32, float, expsub_f32)
+COLS_FN(cols_f64, double, expsub_f64)
+
+static void columns(const nb_tensor *in, nb_tensor *out, int64_t D, int64_t inner, bool lg, int nt)
+{
+    int64_t outer = nb_tensor_numel(out) / (D * inner), nch = (inner + COL_CW - 1) / COL_CW;
+    bool f32 = out->dtype == NB_FLOAT32;
+    const char *ib = nb__data(in);
+    char *ob = nb__data(out);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t it = 0; it < outer * nch; it++) {
+        int64_t o = it / nch, j0 = (it % nch) * COL_CW, cw = inner - j0 < COL_CW ? inner - j0 : COL_CW;
+        int64_t off = o * D * inner + j0;
+        if (f32) cols_f32((const float *)ib + off, (float *)ob + off, D, inner, cw, lg);
+        else cols_f64((const double *)ib + off, (double *)ob + off, D, inner, cw, lg);
+    }
+}
+
+/* ---- entry ----------------------------------------------------------------------------------- */
+
+static nb_status forward(nb_op op, const nb_kargs *a)
+{
+    nb_tensor *out = a->out;
+    const nb_tensor *in = a->in[0];
+    bool lg = op == NB_OP_LOG_SOFTMAX;
+    lines l;
+    lines_init(&l, a->i0, out, &a->in[0], 1);
+    if (l.n == 0 || l.D == 0) return NB_OK;
+    int64_t inner = 1;
+    for (int d = (int)a->i0 + 1; d < out->ndim; d++) inner *= out->shape[d];
+    bool contig = nb__is_contiguous(in) && nb__is_contiguous(out), rows = contig && inner == 1;
+    int nt = nb_cpu_threads_for(l.n * l.D, 0);
+    if (contig && inner > 1) {
+        columns(in, out, l.D, inner, lg, nt);
+        return NB_OK;
+    }
+    char *ob = nb__data(out);
+    const char *ib = nb__data(in);
+#if defined(__x86_64__)
+    if (out->dtype == NB_FLOAT32 && rows && have_avx512()) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < l.n; r++)
+            row_f32_avx512((const float *)ib + r * l.D, (float *)ob + r * l.D, l.D, lg);
+        return NB_OK;
+    }
+#else
+    (void)rows;
+#endif
+    bool f32 = out->dtype == NB_FLOAT32;
+    int64_t es = f32 ? 4 : 8;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < l.n; r++) {
+        const char *x = ib + line_off(&l, 1, r) * es;
+        char *y = ob + line_off(&l, 0, r) * es;
+        if (f32) ref_fwd_f32((const float *)x, l.sd[1], (float *)y, l.sd[0], l.D, lg);
+        else ref_fwd_f64((const double *)x, l.sd[1], (double *)y, l.sd[0], l.D, lg);
+    }
+    return NB_OK;
+}
+
+static nb_status backward(nb_op op, const nb_kargs *a)
+{
+    nb_tensor *out = a->out;
+    bool lg = op == NB_OP_LOG_SOFTMAX_BACKWARD;
+    lines l;
+    lines_init(&l, a->i0, out, &a->in[0], 2);
+    if (l.n == 0 || l.D == 0) return NB_OK;
+    int nt = nb_cpu_threads_for(l.n * l.D, 0);
+    char *ob = nb__data(out);
+    const char *gb = nb__data(a->in[0]), *yb = nb__data(a->in[1]);
+    bool f32 = out->dtype == NB_FLOAT32;
+    int64_t es = f32 ? 4 : 8;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < l.n; r++) {
+        const char *g = gb + line_off(&l, 1, r) * es, *y = yb + line_off(&l, 2, r) * es;
+        char *o = ob + line_off(&l, 0, r) * es;
+        if (f32)
+            ref_bwd_f32((const float *)g, l.sd[1], (const float *)y, l.sd[2], (float *)o, l.sd[0], l.D, lg);
+        else
+            ref_bwd_f64((const double *)g, l.sd[1], (const double *)y, l.sd[2], (double *)o, l.sd[0], l.D, lg);
+    }
+    return NB_OK;
+}
+
+nb_status nb_cpu_k_softmax(nb_op op, const nb_kargs *a)
+{
+    if (a->out->dtype != NB_FLOAT32 && a->out->dtype != NB_FLOAT64)
+        return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
+                       nb_dtype_name(a->out->dtype));
+    for (int k = 0; k < 2 && a->in[k]; k++)
+        if (a->in[k]->dtype != a->out->dtype)
+            return nb__err(NB_ERR_DTYPE, "%s: input dtype %s differs from the output's %s", nb__op_name(op),
+                           nb_dtype_name(a->in[k]->dtype), nb_dtype_name(a->out->dtype));
+    switch (op) {
+    case NB_OP_SOFTMAX:
+    case NB_OP_LOG_SOFTMAX: return forward(op, a);
+    case NB_OP_SOFTMAX_BACKWARD:
+    case NB_OP_LOG_SOFTMAX_BACKWARD: return backward(op, a);
+    default: return nb__err(NB_ERR_INTERNAL, "softmax kernel: unexpected op %s", nb__op_name(op));
+    }
+}

@@ -1,0 +1,407 @@
+/* Tests of reductions, softmax, log_softmax and cumsum: hand-computed values, PyTorch's values and
+ * gradients (tests/ref/cases_reduce.py) on contiguous and non-contiguous inputs, finite
+ * differences, result dtypes, thread-count independence and every error path.
+ *
+ * Tolerances: float32 rtol 1e-5 with atol 1e-6 (gradients such as var's x - mean and softmax's
+ * y (g - sum g y) cancel to values near 0, where only an absolute bound is meaningful); float64
+ * rtol 1e-10, atol 1e-12; integer and bool results exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbtest.h"
+
+/* ---- one case: the op and its parameters ----------------------------------------------------- */
+
+typedef struct params {
+    char op[32];
+    int64_t dims[NB_MAX_DIMS];
+    int ndims;
+    bool keepdim;
+    int64_t correction;
+    double p;
+} params;
+
+static int64_t ref_int(const nb_tensor_map *m, const char *name, const char *key, int64_t dflt)
+{
+    nb_tensor *t = nbt_ref(m, name, key);
+    if (!t) return dflt;
+    int64_t v;
+    NBT_OK(nb_item_int64(t, &v));
+    return v;
+}
+
+static void read_params(const nb_tensor_map *m, const char *name, params *pr)
+{
+    memset(pr, 0, sizeof *pr);
+    size_t len = strcspn(name, "/");
+    assert_true(len < sizeof pr->op);
+    memcpy(pr->op, name, len);
+    nb_tensor *d = nbt_ref(m, name, "dims");
+    if (d) {
+        pr->ndims = (int)nb_tensor_numel(d);
+        assert_true(pr->ndims <= NB_MAX_DIMS && nb_tensor_dtype(d) == NB_INT64);
+        NBT_OK(nb_tensor_read(d, pr->dims, (size_t)pr->ndims * sizeof(int64_t)));
+    }
+    pr->keepdim = ref_int(m, name, "keepdim", 0) != 0;
+    pr->correction = ref_int(m, name, "correction", 1);
+    nb_tensor *p = nbt_ref(m, name, "p");
+    pr->p = 2;
+    if (p) NBT_OK(nb_item(p, &pr->p));
+}
+
+static bool is(const params *pr, const char *op) { return strcmp(pr->op, op) == 0; }
+
+/* Runs the case's op on x; *idx (may be NULL) receives max_dim / min_dim indices. */
+static nb_tensor *apply(const params *pr, const nb_tensor *x, nb_tensor **idx)
+{
+    const int64_t *d = pr->dims;
+    int nd = pr->ndims;
+    bool k = pr->keepdim;
+    if (is(pr, "sum")) return nb_sum(x, d, nd, k);
+    if (is(pr, "mean")) return nb_mean(x, d, nd, k);
+    if (is(pr, "prod")) return nb_prod(x, d, nd, k);
+    if (is(pr, "logsumexp")) return nb_logsumexp(x, d, nd, k);
+    if (is(pr, "all")) return nb_all(x, d, nd, k);
+    if (is(pr, "any")) return nb_any(x, d, nd, k);
+    if (is(pr, "var")) return nb_var(x, d, nd, pr->correction, k);
+    if (is(pr, "std")) return nb_std(x, d, nd, pr->correction, k);
+    if (is(pr, "norm")) return nb_norm(x, pr->p, d, nd, k);
+    if (is(pr, "max")) return nb_max(x);
+    if (is(pr, "min")) return nb_min(x);
+    if (is(pr, "max_dim")) return nb_max_dim(x, d[0], k, idx);
+    if (is(pr, "min_dim")) return nb_min_dim(x, d[0], k, idx);
+    if (is(pr, "argmax")) return nb_argmax(x, nd ? d[0] : NB_DIM_NONE, k);
+    if (is(pr, "argmin")) return nb_argmin(x, nd ? d[0] : NB_DIM_NONE, k);
+    if (is(pr, "softmax")) return nb_softmax(x, d[0]);
+    if (is(pr, "log_softmax")) return nb_log_softmax(x, d[0]);
+    if (is(pr, "cumsum")) return nb_cumsum(x, d[0]);
+    fail_msg("unknown op in case: %s", pr->op);
+    return NULL;
+}
+
+static nb_tensor *fd_fn(nb_tensor *const *in, int n, void *ctx) { return apply(ctx, in[0], NULL); }
+
+static void tolerances(nb_dtype dt, double *rtol, double *atol)
+{
+    *rtol = dt == NB_FLOAT32 ? 1e-5 : dt == NB_FLOAT64 ? 1e-10 : 0;
+    *atol = dt == NB_FLOAT32 ? 1e-6 : dt == NB_FLOAT64 ? 1e-12 : 0;
+}
+
+static void check_dtype(const nb_tensor *got, const nb_tensor *want, const char *what)
+{
+    if (nb_tensor_dtype(got) != nb_tensor_dtype(want))
+        fail_msg("%s: dtype %s, expected %s", what, nb_dtype_name(nb_tensor_dtype(got)),
+                 nb_dtype_name(nb_tensor_dtype(want)));
+}
+
+/* One run of a case on x (contiguous or not): forward, indices, and the gradient. */
+static void run_case(const nb_tensor_map *m, const char *name, const params *pr, const nb_tensor *x0, bool noncontig)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = noncontig ? nbt_noncontig(x0) : NBT_CHECK(nb_clone(x0));
+    nb_tensor *want = NBT_CHECK(nbt_ref(m, name, "out")), *gout = nbt_ref(m, name, "gout");
+    nb_tensor *wgrad = nbt_ref(m, name, "grad0"), *widx = nbt_ref(m, name, "indices");
+    if (gout) NBT_OK(nb_tensor_set_requires_grad(x, true));
+    char what[300];
+    snprintf(what, sizeof what, "%s (%s)", name, noncontig ? "non-contiguous" : "contiguous");
+    nb_tensor *idx = NULL;
+    nb_tensor *out = NBT_CHECK(apply(pr, x, widx ? &idx : NULL));
+    double rtol, atol;
+    tolerances(nb_tensor_dtype(want), &rtol, &atol);
+    check_dtype(out, want, what);
+    nbt_assert_close(out, want, rtol, atol, what);
+    if (widx) {
+        check_dtype(NBT_CHECK(idx), widx, what);
+        nbt_assert_close(idx, widx, 0, 0, what);
+    }
+    if (gout) {
+        NBT_OK(nb_backward(out, gout, NB_BACKWARD_DEFAULT));
+        nb_tensor *g = nb_tensor_grad(x);
+        if (!g) g = NBT_CHECK(nb_zeros_like(wgrad)); /* no gradient (norm with p = 0) is zero */
+        snprintf(what, sizeof what, "%s gradient (%s)", name, noncontig ? "non-contiguous" : "contiguous");
+        nbt_assert_close(g, wgrad, rtol, atol, what);
+    }
+    nb_scope_end(s);
+}
+
+/* The bigsum cases: large inputs whose sums must not drift, through the fast paths. */
+static void run_bigsum(const nb_tensor_map *m, const char *name)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = NBT_CHECK(nbt_ref(m, name, "in0"));
+    nb_dtype dt = nb_tensor_dtype(x);
+    double rtol = dt == NB_FLOAT32 ? 1e-5 : 1e-10;
+    int64_t one = 1, zero = 0, shape[2] = {-1, 512};
+    nb_tensor *mat = NBT_CHECK(nb_reshape(x, shape, 2));
+    nbt_assert_close(nb_sum(x, NULL, 0, false), nbt_ref(m, name, "sum"), rtol, 0, "bigsum sum");
+    /* double accumulation stays well inside float32's rounding of the exact sum */
+    nbt_assert_close(nb_sum(x, NULL, 0, false), nbt_ref(m, name, "exact"), dt == NB_FLOAT32 ? 1e-7 : 1e-12, 0,
+                     "bigsum sum vs the float64 sum");
+    nbt_assert_close(nb_mean(x, NULL, 0, false), nbt_ref(m, name, "mean"), rtol, 0, "bigsum mean");
+    /* PyTorch's own float32 norm drifts by 1.2e-5 on this input (it accumulates in float32):
+     * compare with it at 2e-5 and with the float64 norm at float32's resolution */
+    nbt_assert_close(nb_norm(x, 2, NULL, 0, false), nbt_ref(m, name, "norm"), dt == NB_FLOAT32 ? 2e-5 : rtol, 0,
+                     "bigsum norm");
+    nbt_assert_close(nb_norm(x, 2, NULL, 0, false), nbt_ref(m, name, "norm64"), dt == NB_FLOAT32 ? 1e-7 : 1e-12, 0,
+                     "bigsum norm vs the float64 norm");
+    nbt_assert_close(nb_max(x), nbt_ref(m, name, "max"), 0, 0, "bigsum max");
+    nbt_assert_close(nb_sum(mat, &one, 1, false), nbt_ref(m, name, "rows"), rtol, 1e-4, "bigsum rows");
+    nbt_assert_close(nb_sum(mat, &zero, 1, false), nbt_ref(m, name, "cols"), rtol, 1e-4, "bigsum cols");
+    nb_scope_end(s);
+}
+
+static void test_reference(void **state)
+{
+    nb_tensor_map *m = nbt_load_ref("reduce");
+    char **names;
+    int n = nbt_case_names(m, &names);
+    assert_true(n > 100);
+    for (int i = 0; i < n; i++) {
+        params pr;
+        nb_scope *s = nb_scope_begin();
+        read_params(m, names[i], &pr);
+        if (is(&pr, "bigsum")) {
+            run_bigsum(m, names[i]);
+            nb_scope_end(s);
+            continue;
+        }
+        nb_tensor *x = NBT_CHECK(nbt_ref(m, names[i], "in0"));
+        run_case(m, names[i], &pr, x, false);
+        run_case(m, names[i], &pr, x, true);
+        if (nbt_ref(m, names[i], "fd")) nbt_gradcheck(fd_fn, &pr, &x, 1, 1e-6, 1e-5, 1e-5, names[i]);
+        nb_scope_end(s);
+    }
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+/* ---- hand-computed values ------------------------------------------------------------------- */
+
+static nb_tensor *from(const void *data, const int64_t *shape, int nd, nb_dtype dt)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    return NBT_CHECK(nb_tensor_from_data(data, shape, nd, &p));
+}
+
+static void expect(const nb_tensor *got, const double *want, const int64_t *shape, int nd, const char *what)
+{
+    nb_tensor *w = from(want, shape, nd, NB_FLOAT64);
+    if (!got) fail_msg("%s: %s", what, nb_last_error());
+    double rtol = nb_tensor_dtype(got) == NB_FLOAT32 ? 1e-6 : 1e-12;
+    nbt_assert_close(NBT_CHECK(nb_to_dtype(got, NB_FLOAT64)), w, rtol, 0, what);
+}
+
+static void test_hand(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    const float v[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sh[2] = {2, 3}, d0 = 0, d1 = 1, n2 = 2, n3 = 3, n0[1] = {0}, k21[2] = {2, 1};
+    nb_tensor *x = from(v, sh, 2, NB_FLOAT32);
+    expect(nb_sum(x, &d0, 1, false), (double[]){5, 7, 9}, &n3, 1, "sum dim 0");
+    expect(nb_sum(x, &d1, 1, true), (double[]){6, 15}, k21, 2, "sum dim 1 keepdim");
+    expect(nb_sum(x, NULL, 0, false), (double[]){21}, NULL, 0, "sum all");
+    expect(nb_mean(x, &d1, 1, false), (double[]){2, 5}, &n2, 1, "mean dim 1");
+    expect(nb_prod(x, &d0, 1, false), (double[]){4, 10, 18}, &n3, 1, "prod dim 0");
+    expect(nb_var(x, &d1, 1, 1, false), (double[]){1, 1}, &n2, 1, "var dim 1");
+    expect(nb_var(x, NULL, 0, 0, false), (double[]){17.5 / 6}, NULL, 0, "var all, correction 0");
+    expect(nb_std(x, &d0, 1, 1, false), (double[]){sqrt(4.5), sqrt(4.5), sqrt(4.5)}, &n3, 1, "std dim 0");
+    expect(nb_norm(x, 1, NULL, 0, false), (double[]){21}, NULL, 0, "norm 1");
+    expect(nb_norm(x, INFINITY, &d1, 1, false), (double[]){3, 6}, &n2, 1, "norm inf");
+    expect(nb_norm(x, 0, NULL, 0, false), (double[]){6}, NULL, 0, "norm 0 counts non-zeros");
+    expect(nb_max(x), (double[]){6}, NULL, 0, "max");
+    expect(nb_min(x), (double[]){1}, NULL, 0, "min");
+    expect(nb_argmax(x, NB_DIM_NONE, false), (double[]){5}, NULL, 0, "argmax flat");
+    expect(nb_argmin(x, 1, false), (double[]){0, 0}, &n2, 1, "argmin dim 1");
+    expect(nb_cumsum(x, 1), (double[]){1, 3, 6, 4, 9, 15}, sh, 2, "cumsum dim 1");
+    expect(nb_cumsum(x, 0), (double[]){1, 2, 3, 5, 7, 9}, sh, 2, "cumsum dim 0");
+    expect(nb_logsumexp(x, &d0, 1, false),
+           (double[]){1 + log(1 + exp(3.0)), 2 + log(1 + exp(3.0)), 3 + log(1 + exp(3.0))}, &n3, 1, "logsumexp");
+    const double lv[2] = {0, log(2.0)};
+    nb_tensor *l = from(lv, &n2, 1, NB_FLOAT64);
+    expect(nb_softmax(l, 0), (double[]){1.0 / 3, 2.0 / 3}, &n2, 1, "softmax");
+    expect(nb_log_softmax(l, -1), (double[]){log(1.0 / 3), log(2.0 / 3)}, &n2, 1, "log_softmax");
+    /* max along a dim: values and first-occurrence indices */
+    const double tv[6] = {1, 7, 7, 2, 0, 2};
+    nb_tensor *t = from(tv, sh, 2, NB_FLOAT64), *idx;
+    expect(nb_max_dim(t, 1, false, &idx), (double[]){7, 2}, &n2, 1, "max_dim values");
+    expect(idx, (double[]){1, 0}, &n2, 1, "max_dim indices");
+    expect(nb_min_dim(t, 0, true, &idx), (double[]){1, 0, 2}, (int64_t[]){1, 3}, 2, "min_dim values");
+    expect(idx, (double[]){0, 1, 1}, (int64_t[]){1, 3}, 2, "min_dim indices");
+    NBT_CHECK(nb_max_dim(t, 0, false, NULL));
+    /* empty inputs: the identities, as PyTorch */
+    float none[1];
+    nb_tensor *e = from(none, n0, 1, NB_FLOAT32);
+    expect(nb_sum(e, NULL, 0, false), (double[]){0}, NULL, 0, "sum of nothing");
+    expect(nb_prod(e, NULL, 0, false), (double[]){1}, NULL, 0, "prod of nothing");
+    expect(nb_mean(e, NULL, 0, false), (double[]){NAN}, NULL, 0, "mean of nothing");
+    expect(nb_var(e, NULL, 0, 1, false), (double[]){NAN}, NULL, 0, "var of nothing");
+    expect(nb_logsumexp(e, NULL, 0, false), (double[]){-INFINITY}, NULL, 0, "logsumexp of nothing");
+    expect(nb_norm(e, 2, NULL, 0, false), (double[]){0}, NULL, 0, "norm of nothing");
+    expect(nb_all(e, NULL, 0, false), (double[]){1}, NULL, 0, "all of nothing");
+    expect(nb_any(e, NULL, 0, false), (double[]){0}, NULL, 0, "any of nothing");
+    int64_t e2[2] = {2, 0}, e3[2] = {0, 3};
+    nb_tensor *er = NBT_CHECK(nb_zeros(e2, 2, NULL)), *ec = NBT_CHECK(nb_zeros(e3, 2, NULL));
+    expect(nb_sum(er, &d1, 1, false), (double[]){0, 0}, &n2, 1, "sum of empty rows");
+    expect(nb_sum(ec, &d0, 1, false), (double[]){0, 0, 0}, &n3, 1, "sum of empty columns");
+    nb_tensor *sm = NBT_CHECK(nb_softmax(er, 1));
+    assert_int_equal(nb_tensor_numel(sm), 0);
+    nb_tensor *mx = NBT_CHECK(nb_max_dim(ec, 1, false, &idx)); /* the reduced dim is not the empty one */
+    assert_int_equal(nb_tensor_numel(mx), 0);
+    assert_int_equal(nb_tensor_ndim(mx), 1);
+    nb_scope_end(s);
+}
+
+/* Sums split across threads agree with the single-thread sums. */
+static void test_threads(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int prev = nb_get_num_threads();
+    int64_t shape[2] = {1 << 11, 1 << 9}, d0 = 0, d1 = 1;
+    nb_tensor_params p = nb_tensor_params_default();
+    nb_generator *g = nb_generator_create(7);
+    p.generator = g;
+    nb_tensor *x = NBT_CHECK(nb_randn(shape, 2, &p));
+    nb_generator_free(g);
+    nb_tensor *ref[4];
+    for (int nt = 1; nt <= 3; nt++) {
+        NBT_OK(nb_set_num_threads(nt));
+        nb_tensor *r[4] = {nb_sum(x, NULL, 0, false), nb_sum(x, &d0, 1, false), nb_sum(x, &d1, 1, false),
+                           nb_softmax(x, 1)};
+        for (int k = 0; k < 4; k++) {
+            NBT_CHECK(r[k]);
+            if (nt == 1) ref[k] = r[k];
+            else nbt_assert_close(r[k], ref[k], 1e-6, 1e-5, "a result across thread counts");
+        }
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    nb_scope_end(s);
+}
+
+/* The fast paths (contiguous inputs: inner and outer modes, with and without splitting the
+ * reduction across threads) against the reference path (the same values laid out
+ * non-contiguously), for every op that has a fast path. */
+static void test_fast_vs_reference(void **state)
+{
+    static const struct {
+        int nd;
+        int64_t shape[3];
+        int ndims;
+        int64_t dims[2];
+    } cases[] = {
+        {2, {64, 1000}, 1, {1}}, {2, {64, 1000}, 1, {0}},   {2, {64, 1000}, 0, {0}},
+        {3, {7, 300, 5}, 2, {0, 2}}, {3, {7, 300, 5}, 1, {1}}, {2, {20000, 3}, 1, {0}},
+        {2, {3, 20000}, 1, {1}},     {1, {100003}, 0, {0}},
+    };
+    nb_scope *s = nb_scope_begin();
+    nb_generator *g = nb_generator_create(5);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.generator = g;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int f64 = 0; f64 < 2; f64++) {
+            p.dtype = f64 ? NB_FLOAT64 : NB_FLOAT32;
+            nb_tensor *x = NBT_CHECK(nb_randn(cases[c].shape, cases[c].nd, &p)), *y = nbt_noncontig(x);
+            const int64_t *d = cases[c].dims;
+            int nd = cases[c].ndims;
+            double rtol = f64 ? 1e-12 : 1e-6;
+            nbt_assert_close(nb_sum(x, d, nd, false), nb_sum(y, d, nd, false), rtol, rtol, "fast sum");
+            nbt_assert_close(nb_mean(x, d, nd, true), nb_mean(y, d, nd, true), rtol, rtol, "fast mean");
+            nbt_assert_close(nb_norm(x, 1, d, nd, false), nb_norm(y, 1, d, nd, false), rtol, rtol, "fast norm 1");
+            nbt_assert_close(nb_norm(x, 2, d, nd, false), nb_norm(y, 2, d, nd, false), rtol, rtol, "fast norm 2");
+            nbt_assert_close(nb_var(x, d, nd, 1, false), nb_var(y, d, nd, 1, false), rtol, rtol, "fast var");
+            nbt_assert_close(nb_std(x, d, nd, 0, true), nb_std(y, d, nd, 0, true), rtol, rtol, "fast std");
+            if (nd == 0) {
+                nbt_assert_close(nb_max(x), nb_max(y), 0, 0, "fast max");
+                nbt_assert_close(nb_min(x), nb_min(y), 0, 0, "fast min");
+            }
+        }
+    }
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
+/* A softmax row's values sum to 1 and exp(log_softmax) is softmax, on long float32 rows that take
+ * the vectorised path with and without a tail. */
+static void test_softmax_properties(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int64_t shape[2] = {5, 1003}, d1 = 1;
+    nb_tensor_params p = nb_tensor_params_default();
+    nb_generator *g = nb_generator_create(11);
+    p.generator = g;
+    nb_tensor *x = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn(shape, 2, &p)), 20));
+    nb_generator_free(g);
+    nb_tensor *sm = NBT_CHECK(nb_softmax(x, 1)), *ls = NBT_CHECK(nb_log_softmax(x, 1));
+    nbt_assert_close(nb_sum(sm, &d1, 1, false), NBT_CHECK(nb_ones((int64_t[]){5}, 1, NULL)), 1e-6, 0,
+                     "softmax rows sum to 1");
+    nbt_assert_close(nb_exp(ls), sm, 1e-5, 1e-30, "exp(log_softmax) = softmax");
+    nbt_assert_close(sm, NBT_CHECK(nb_softmax(nbt_noncontig(x), 1)), 1e-5, 1e-30,
+                     "vectorised vs reference softmax");
+    nb_scope_end(s);
+}
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+static void test_errors(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[3] = {2, 3, 4}, d3 = 3, rep[2] = {1, -2}, n0 = 0, sh0[2] = {0, 3};
+    nb_tensor *x = NBT_CHECK(nb_ones(sh, 3, NULL));
+    NBT_FAILS(nb_sum(x, &d3, 1, false) == NULL, NB_ERR_INVALID_ARG, "sum", "dim 3 out of range", NULL);
+    NBT_FAILS(nb_mean(x, (int64_t[]){-4}, 1, false) == NULL, NB_ERR_INVALID_ARG, "mean", "dim -4 out of range", NULL);
+    NBT_FAILS(nb_sum(x, rep, 2, false) == NULL, NB_ERR_INVALID_ARG, "sum", "dim 1 appears multiple times", NULL);
+    NBT_FAILS(nb_var(x, rep, 2, 1, false) == NULL, NB_ERR_INVALID_ARG, "var", "dim 1 appears multiple times", NULL);
+    NBT_FAILS(nb_sum(NULL, NULL, 0, false) == NULL, NB_ERR_INVALID_ARG, "sum", "NULL", NULL);
+    NBT_FAILS(nb_sum(x, NULL, 1, false) == NULL, NB_ERR_INVALID_ARG, "sum", "dims is NULL", NULL);
+    NBT_FAILS(nb_sum(x, &d3, -1, false) == NULL, NB_ERR_INVALID_ARG, "sum", "ndims is -1", NULL);
+    NBT_FAILS(nb_norm(x, NAN, NULL, 0, false) == NULL, NB_ERR_INVALID_ARG, "norm", "NaN", NULL);
+    /* empty reductions with no identity */
+    nb_tensor *e = NBT_CHECK(nb_zeros(&n0, 1, NULL)), *e2 = NBT_CHECK(nb_zeros(sh0, 2, NULL));
+    NBT_FAILS(nb_max(e) == NULL, NB_ERR_INVALID_ARG, "max", "empty", NULL);
+    NBT_FAILS(nb_min(e) == NULL, NB_ERR_INVALID_ARG, "min", "empty", NULL);
+    NBT_FAILS(nb_argmax(e, NB_DIM_NONE, false) == NULL, NB_ERR_INVALID_ARG, "argmax", "empty", NULL);
+    nb_tensor *idx = (nb_tensor *)1;
+    NBT_FAILS(nb_max_dim(e2, 0, false, &idx) == NULL, NB_ERR_INVALID_ARG, "max", "dim 0", "size 0", NULL);
+    assert_null(idx);
+    NBT_FAILS(nb_argmin(e2, 0, false) == NULL, NB_ERR_INVALID_ARG, "argmin", "size 0", NULL);
+    NBT_FAILS(nb_max_dim(x, 5, false, NULL) == NULL, NB_ERR_INVALID_ARG, "max", "dim 5 out of range", NULL);
+    /* dtypes: float-only ops on integers, softmax on integers, argmax on bool */
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_INT32;
+    nb_tensor *xi = NBT_CHECK(nb_ones(sh, 3, &p));
+    NBT_FAILS(nb_mean(xi, NULL, 0, false) == NULL, NB_ERR_DTYPE, "mean", "floating", "int32", NULL);
+    NBT_FAILS(nb_var(xi, NULL, 0, 1, false) == NULL, NB_ERR_DTYPE, "var", "int32", NULL);
+    NBT_FAILS(nb_std(xi, NULL, 0, 1, false) == NULL, NB_ERR_DTYPE, "std", "int32", NULL);
+    NBT_FAILS(nb_norm(xi, 2, NULL, 0, false) == NULL, NB_ERR_DTYPE, "norm", "int32", NULL);
+    NBT_FAILS(nb_softmax(xi, 0) == NULL, NB_ERR_DTYPE, "softmax", "int32", NULL);
+    NBT_FAILS(nb_log_softmax(xi, 0) == NULL, NB_ERR_DTYPE, "log_softmax", "int32", NULL);
+    p.dtype = NB_BOOL;
+    NBT_FAILS(nb_argmax(NBT_CHECK(nb_ones(sh, 3, &p)), 0, false) == NULL, NB_ERR_DTYPE, "argmax", "bool", NULL);
+    /* dims along one dim */
+    NBT_FAILS(nb_softmax(x, 3) == NULL, NB_ERR_INVALID_ARG, "softmax", "dim 3 out of range", NULL);
+    NBT_FAILS(nb_log_softmax(x, -4) == NULL, NB_ERR_INVALID_ARG, "log_softmax", "dim -4 out of range", NULL);
+    NBT_FAILS(nb_cumsum(x, 3) == NULL, NB_ERR_INVALID_ARG, "cumsum", "dim 3 out of range", NULL);
+    NBT_FAILS(nb_softmax(NULL, 0) == NULL, NB_ERR_INVALID_ARG, "softmax", "NULL", NULL);
+    NBT_FAILS(nb_cumsum(NULL, 0) == NULL, NB_ERR_INVALID_ARG, "cumsum", "NULL", NULL);
+    /* a saved output changed in place before backward */
+    nb_tensor *leaf = nbt_leaf(x);
+    nb_tensor *y = NBT_CHECK(nb_softmax(leaf, 1));
+    nb_tensor *z = NBT_CHECK(nb_sum(y, NULL, 0, false));
+    NBT_OK(nb_mul_scalar_(y, 2));
+    NBT_FAILS(nb_backward(z, NULL, NB_BACKWARD_DEFAULT) != NB_OK, NB_ERR_AUTOGRAD, "softmax", "modified", NULL);
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_softmax_properties),
+        cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_reference),
+    };
+    return NBT_RUN(tests);
+}
