@@ -68,12 +68,15 @@ NB_API nb_tensor *nb_sigmoid(const nb_tensor *a);
 NB_API nb_tensor *nb_relu(const nb_tensor *a);
 NB_API nb_tensor *nb_leaky_relu(const nb_tensor *a, double negative_slope);
 
+/* NB_GELU_NONE: x Phi(x) (exact, through erfc for accuracy at large negative x); NB_GELU_TANH:
+ * PyTorch's tanh approximation. */
 typedef enum nb_gelu_approx { NB_GELU_NONE = 0, NB_GELU_TANH } nb_gelu_approx;
 NB_API nb_tensor *nb_gelu(const nb_tensor *a, nb_gelu_approx approximate);
 NB_API nb_tensor *nb_silu(const nb_tensor *a);
 /* log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (PyTorch: 1, 20). */
 NB_API nb_tensor *nb_softplus(const nb_tensor *a, double beta, double threshold);
-/* Bounds may be -INFINITY / INFINITY for none. */
+/* Bounds may be -INFINITY / INFINITY for none; NaN bounds are an error. An integer tensor keeps its
+ * dtype when every finite bound is a whole number, else the result is float32. */
 NB_API nb_tensor *nb_clamp(const nb_tensor *a, double min, double max);
 
 /* ---- comparisons (bool results; not differentiable) ----------------------------------------- */

@@ -1,10 +1,9 @@
-/* The CPU device's table: memory, copies, and each op's kernel family from ops.def. Families
- * are weak references so that a family not linked in leaves its slots NULL (unsupported). */
+/* The CPU device's table: memory, copies, and each op's kernel family from ops.def. */
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
 
-#define FAMILY(f) __attribute__((weak, visibility("hidden"))) nb_status nb_cpu_k_##f(nb_op op, const nb_kargs *a);
+#define FAMILY(f) nb_status nb_cpu_k_##f(nb_op op, const nb_kargs *a);
 FAMILY(copy)
 FAMILY(fill)
 FAMILY(random)

@@ -33,8 +33,6 @@
 #define NB_STREAM 1
 #endif
 
-/* Written in activation_backward.c (weak: a build without it reports the op as unsupported). */
-__attribute__((weak)) nb_status nb_cpu_activation_backward(nb_op op, const nb_kargs *a);
 
 #if defined(__x86_64__) && !defined(__clang__)
 #define NB_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -325,8 +323,6 @@ static nb_cpu_loop_fn pow_scalar_loop(nb_dtype dt, double e)
 nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a)
 {
     if (op >= NB_OP_THRESHOLD_BACKWARD && op <= NB_OP_SOFTPLUS_BACKWARD) {
-        if (!nb_cpu_activation_backward)
-            return nb__err(NB_ERR_UNSUPPORTED, "%s: no CPU kernel in this build", nb__op_name(op));
         return nb_cpu_activation_backward(op, a);
     }
     if (op < NB_OP_ADD || op > NB_OP_GE)
