@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-openmp-dev
+pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-openmp-dev libdnnl-dev
       zlib1g-dev python3 python3-venv python3-torch python3-numpy dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do
