@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nbtest.h"
+#include "core/tensor_impl.h"
 
 static const nb_tensor_params F64 = {NB_FLOAT64, {NB_DEVICE_CPU, 0}, false, NULL};
 static const nb_tensor_params I64 = {NB_INT64, {NB_DEVICE_CPU, 0}, false, NULL};
@@ -299,6 +300,32 @@ static void test_dtype_helpers(void **state)
     assert_int_equal(nb_promote_types(NB_FLOAT64, NB_FLOAT32), NB_FLOAT64);
 }
 
+/* Ops on tensors of two devices fail before touching data, naming both devices. Without a GPU the
+ * second device is simulated: a tensor struct whose storage claims to live on cuda:0. */
+static void test_mixed_devices(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *a = NBT_CHECK(nb_ones((int64_t[]){2, 2}, 2, NULL));
+    nb_tensor *idx = NBT_CHECK(nb_zeros((int64_t[]){2}, 1, &(nb_tensor_params){NB_INT64, {NB_DEVICE_CPU, 0}, false, NULL}));
+    nb_storage fake_storage = *a->storage;
+    fake_storage.device = (nb_device){NB_DEVICE_CUDA, 0};
+    atomic_init(&fake_storage.refcount, 1 << 20); /* never freed through this struct */
+    nb_tensor fake = *a;
+    atomic_init(&fake.refcount, 1 << 20);
+    fake.storage = &fake_storage;
+    fake.base = NULL;
+    fake.grad = NULL;
+    fake.grad_fn = NULL;
+    NBT_FAILS(nb_add(a, &fake) == NULL, NB_ERR_DEVICE, "add", "cpu (argument 0)", "cuda:0 (argument 1)", NULL);
+    NBT_FAILS(nb_mul(&fake, a) == NULL, NB_ERR_DEVICE, "mul", "cuda:0 (argument 0)", "cpu (argument 1)", NULL);
+    NBT_FAILS(nb_matmul(a, &fake) == NULL, NB_ERR_DEVICE, "cpu", "cuda:0", NULL);
+    NBT_FAILS(nb_cat((nb_tensor *[]){a, &fake}, 2, 0) == NULL, NB_ERR_DEVICE, "cat", "cuda:0", NULL);
+    NBT_FAILS(nb_where(NBT_CHECK(nb_gt_scalar(a, 0)), a, &fake) == NULL, NB_ERR_DEVICE, "where", "cuda:0", NULL);
+    NBT_FAILS(nb_index_select(&fake, 0, idx) == NULL, NB_ERR_DEVICE, "index_select", "cuda:0", "cpu", NULL);
+    NBT_FAILS(nb_add_(a, &fake) != NB_OK, NB_ERR_DEVICE, "cuda:0", NULL);
+    nb_scope_end(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,7 +333,7 @@ int main(void)
         cmocka_unit_test(test_views),         cmocka_unit_test(test_view_errors),
         cmocka_unit_test(test_copy_and_dtype), cmocka_unit_test(test_devices),
         cmocka_unit_test(test_scopes_and_refcounts), cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_dtype_helpers),
+        cmocka_unit_test(test_dtype_helpers), cmocka_unit_test(test_mixed_devices),
     };
     return NBT_RUN(tests);
 }
