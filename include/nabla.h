@@ -8,5 +8,6 @@
 #include "nabla/ops.h"
 #include "nabla/autograd.h"
 #include "nabla/io.h"
+#include "nabla/loss.h"
 
 #endif

@@ -1,0 +1,384 @@
+/* Tests of the losses and dropout (nabla/loss.h): PyTorch's values and gradients
+ * (tests/ref/cases_loss.py) on contiguous and non-contiguous inputs, finite differences in
+ * float64, hand-computed values, dropout's mask statistics, scaling, seeding and gradient, and
+ * every error path.
+ *
+ * Tolerances: float32 rtol 1e-5 with atol 1e-6 (softmax - one-hot gradients cancel to values near
+ * 0, where only an absolute bound is meaningful); float64 rtol 1e-10, atol 1e-12. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbtest.h"
+#include "nabla/loss.h" /* until nabla.h includes it */
+
+/* ---- one reference case ---------------------------------------------------------------------- */
+
+typedef struct lcase {
+    char loss[8];              /* ce, nll, mse, bce */
+    nb_tensor *weight, *pos_weight;
+    nb_tensor *target;         /* the class targets of ce / nll, for finite differences */
+    nb_reduction reduction;
+    int64_t ignore_index;
+    double smoothing;
+} lcase;
+
+static void read_case(const nb_tensor_map *m, const char *name, lcase *c)
+{
+    memset(c, 0, sizeof *c);
+    size_t len = strcspn(name, "/");
+    assert_true(len < sizeof c->loss);
+    memcpy(c->loss, name, len);
+    c->weight = nbt_ref(m, name, "weight");
+    c->pos_weight = nbt_ref(m, name, "pos_weight");
+    int64_t v = 1;
+    NBT_OK(nb_item_int64(NBT_CHECK(nbt_ref(m, name, "reduction")), &v));
+    c->reduction = (nb_reduction)v;
+    c->ignore_index = -100;
+    nb_tensor *t = nbt_ref(m, name, "ignore_index");
+    if (t) NBT_OK(nb_item_int64(t, &c->ignore_index));
+    t = nbt_ref(m, name, "smoothing");
+    if (t) NBT_OK(nb_item(t, &c->smoothing));
+}
+
+static bool is(const lcase *c, const char *loss) { return strcmp(c->loss, loss) == 0; }
+
+static nb_tensor *apply(const lcase *c, const nb_tensor *x, const nb_tensor *y)
+{
+    if (is(c, "ce")) {
+        nb_cross_entropy_params p = nb_cross_entropy_params_default();
+        p.weight = c->weight;
+        p.ignore_index = c->ignore_index;
+        p.reduction = c->reduction;
+        p.label_smoothing = c->smoothing;
+        return nb_cross_entropy(x, y, &p);
+    }
+    if (is(c, "nll")) {
+        nb_nll_loss_params p = {c->weight, c->ignore_index, c->reduction};
+        return nb_nll_loss(x, y, &p);
+    }
+    if (is(c, "mse")) return nb_mse_loss(x, y, c->reduction);
+    if (is(c, "bce")) return nb_binary_cross_entropy_with_logits(x, y, c->weight, c->pos_weight, c->reduction);
+    fail_msg("unknown loss %s", c->loss);
+    return NULL;
+}
+
+/* Class losses differentiate the input only (the target is in the case); the others both. */
+static nb_tensor *fd_fn(nb_tensor *const *in, int n, void *ctx)
+{
+    const lcase *c = ctx;
+    return n == 1 ? apply(c, in[0], c->target) : apply(c, in[0], in[1]);
+}
+
+static void tolerances(nb_dtype dt, double *rtol, double *atol)
+{
+    *rtol = dt == NB_FLOAT32 ? 1e-5 : 1e-10;
+    *atol = dt == NB_FLOAT32 ? 1e-6 : 1e-12;
+}
+
+static void check_grad(const nb_tensor *leaf, const nb_tensor *want, double rtol, double atol, const char *what)
+{
+    nb_tensor *g = nb_tensor_grad(leaf);
+    if (!g) g = NBT_CHECK(nb_zeros_like(want)); /* no gradient reached it: zero */
+    nbt_assert_close(g, want, rtol, atol, what);
+}
+
+static void run_case(const nb_tensor_map *m, const char *name, const lcase *c, bool noncontig)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x0 = NBT_CHECK(nbt_ref(m, name, "in0")), *y0 = NBT_CHECK(nbt_ref(m, name, "in1"));
+    nb_tensor *x = noncontig ? nbt_noncontig(x0) : NBT_CHECK(nb_clone(x0));
+    nb_tensor *y = noncontig && nb_tensor_ndim(y0) > 0 ? nbt_noncontig(y0) : NBT_CHECK(nb_clone(y0));
+    nb_tensor *want = NBT_CHECK(nbt_ref(m, name, "out")), *gout = NBT_CHECK(nbt_ref(m, name, "gout"));
+    nb_tensor *g1 = nbt_ref(m, name, "grad1");
+    NBT_OK(nb_tensor_set_requires_grad(x, true));
+    if (g1) NBT_OK(nb_tensor_set_requires_grad(y, true));
+    char what[300];
+    snprintf(what, sizeof what, "%s (%s)", name, noncontig ? "non-contiguous" : "contiguous");
+    nb_tensor *out = apply(c, x, y);
+    if (!out) fail_msg("%s: %s", what, nb_last_error());
+    if (nb_tensor_dtype(out) != nb_tensor_dtype(want)) fail_msg("%s: dtype %s", what, nb_dtype_name(nb_tensor_dtype(out)));
+    double rtol, atol;
+    tolerances(nb_tensor_dtype(want), &rtol, &atol);
+    nbt_assert_close(out, want, rtol, atol, what);
+    NBT_OK(nb_backward(out, gout, NB_BACKWARD_DEFAULT));
+    snprintf(what, sizeof what, "%s input gradient (%s)", name, noncontig ? "non-contiguous" : "contiguous");
+    check_grad(x, NBT_CHECK(nbt_ref(m, name, "grad0")), rtol, atol, what);
+    if (g1) {
+        snprintf(what, sizeof what, "%s target gradient (%s)", name, noncontig ? "non-contiguous" : "contiguous");
+        check_grad(y, g1, rtol, atol, what);
+    }
+    nb_scope_end(s);
+}
+
+static void test_reference(void **state)
+{
+    (void)state;
+    nb_tensor_map *m = nbt_load_ref("loss");
+    char **names;
+    int n = nbt_case_names(m, &names);
+    assert_true(n > 300);
+    int nfd = 0;
+    for (int i = 0; i < n; i++) {
+        nb_scope *s = nb_scope_begin();
+        lcase c;
+        read_case(m, names[i], &c);
+        run_case(m, names[i], &c, false);
+        run_case(m, names[i], &c, true);
+        if (nbt_ref(m, names[i], "fd")) {
+            nb_tensor *in[2] = {nbt_ref(m, names[i], "in0"), nbt_ref(m, names[i], "in1")};
+            c.target = in[1];
+            bool cls = is(&c, "ce") || is(&c, "nll");
+            nbt_gradcheck(fd_fn, &c, in, cls ? 1 : 2, 1e-6, 1e-6, 1e-5, names[i]);
+            nfd++;
+        }
+        nb_scope_end(s);
+    }
+    assert_true(nfd > 100);
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+/* ---- hand-computed values -------------------------------------------------------------------- */
+
+static nb_tensor *from(const void *data, const int64_t *shape, int nd, nb_dtype dt)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    return NBT_CHECK(nb_tensor_from_data(data, shape, nd, &p));
+}
+
+static double item(const nb_tensor *t)
+{
+    double v;
+    NBT_OK(nb_item(NBT_CHECK((nb_tensor *)t), &v));
+    return v;
+}
+
+static void test_hand(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    /* equal logits over 4 classes: -log(1/4) per row, whatever the target */
+    const double z[8] = {0, 0, 0, 0, 3, 3, 3, 3};
+    const int64_t t2[2] = {1, 3}, ign[2] = {-100, 2};
+    int64_t sh[2] = {2, 4}, n2 = 2;
+    nb_tensor *x = from(z, sh, 2, NB_FLOAT64), *t = from(t2, &n2, 1, NB_INT64);
+    assert_float_equal(item(nb_cross_entropy(x, t, NULL)), log(4.0), 1e-15);
+    nb_cross_entropy_params p = nb_cross_entropy_params_default();
+    p.reduction = NB_REDUCE_SUM;
+    assert_float_equal(item(nb_cross_entropy(x, t, &p)), 2 * log(4.0), 1e-15);
+    /* an ignored target drops out of the sum and of the mean's count */
+    nb_tensor *ti = from(ign, &n2, 1, NB_INT64);
+    assert_float_equal(item(nb_cross_entropy(x, ti, &p)), log(4.0), 1e-15);
+    assert_float_equal(item(nb_cross_entropy(x, ti, NULL)), log(4.0), 1e-15);
+    /* logits [0, log 3]: p = [1/4, 3/4]; target 1 gives log(4/3); smoothing 0.5 mixes in the
+     * mean of -log p over classes: 0.5 log(4/3) + 0.25 (log 4 + log(4/3)) */
+    const double z2[2] = {0, log(3.0)};
+    int64_t c2 = 2;
+    const int64_t one = 1;
+    nb_tensor *x2 = from(z2, &c2, 1, NB_FLOAT64), *t0 = from(&one, NULL, 0, NB_INT64);
+    assert_float_equal(item(nb_cross_entropy(x2, t0, NULL)), log(4.0 / 3), 1e-15);
+    p = nb_cross_entropy_params_default();
+    p.label_smoothing = 0.5;
+    assert_float_equal(item(nb_cross_entropy(x2, t0, &p)), 0.5 * log(4.0 / 3) + 0.25 * (log(4.0) + log(4.0 / 3)),
+                       1e-15);
+    /* mse: ((1-0)^2 + (2-4)^2) / 2; bce of logit 0 is log 2 for any target */
+    const float a[2] = {1, 2}, b[2] = {0, 4}, h[2] = {0.25f, 1};
+    nb_tensor *fa = from(a, &n2, 1, NB_FLOAT32), *fb = from(b, &n2, 1, NB_FLOAT32);
+    assert_float_equal(item(nb_mse_loss(fa, fb, NB_REDUCE_MEAN)), 2.5, 1e-7);
+    assert_float_equal(item(nb_mse_loss(fa, fb, NB_REDUCE_SUM)), 5.0, 1e-7);
+    nb_tensor *zl = NBT_CHECK(nb_zeros(&n2, 1, NULL));
+    assert_float_equal(item(nb_binary_cross_entropy_with_logits(zl, from(h, &n2, 1, NB_FLOAT32), NULL, NULL,
+                                                                NB_REDUCE_MEAN)),
+                       log(2.0), 1e-7);
+    /* int32 targets work like int64 ones */
+    const int32_t t32[2] = {1, 3};
+    p = nb_cross_entropy_params_default();
+    assert_float_equal(item(nb_cross_entropy(x, from(t32, &n2, 1, NB_INT32), &p)), log(4.0), 1e-15);
+    nb_scope_end(s);
+}
+
+/* ---- dropout --------------------------------------------------------------------------------- */
+
+static void test_dropout_stats(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t n = 1000000;
+    nb_tensor_params fp = nb_tensor_params_default();
+    fp.dtype = NB_FLOAT64;
+    nb_tensor *x = NBT_CHECK(nb_ones(&n, 1, &fp));
+    nb_generator *g = nb_generator_create(1234);
+    const double ps[3] = {0.1, 0.5, 0.9};
+    for (int i = 0; i < 3; i++) {
+        double p = ps[i];
+        nb_tensor *out = NBT_CHECK(nb_dropout(x, p, true, g));
+        nb_tensor *keep = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_ne_scalar(out, 0.0)), NB_FLOAT64));
+        double kept = item(nb_mean(keep, NULL, 0, false));
+        double se = sqrt(p * (1 - p) / (double)n);
+        if (fabs(kept - (1 - p)) > 5 * se) fail_msg("dropout p=%g: kept fraction %.6f, expected %.6f +- %.6f", p, kept, 1 - p, 5 * se);
+        /* and the scaled mask's mean estimates 1 */
+        double mean = item(nb_mean(out, NULL, 0, false));
+        if (fabs(mean - 1) > 5 * se / (1 - p)) fail_msg("dropout p=%g: mean %.6f", p, mean);
+    }
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
+/* Every output is 0 or exactly x / (1 - p) (1 - p a power of two: x * 2, x * 4 exactly). */
+static void test_dropout_scaling(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {64, 33};
+    nb_generator *g = nb_generator_create(7);
+    nb_tensor_params rp = nb_tensor_params_default();
+    rp.generator = g;
+    const double ps[3] = {0.5, 0.75, 0.3};
+    for (int d = 0; d < 2; d++) {
+        rp.dtype = d ? NB_FLOAT64 : NB_FLOAT32;
+        nb_tensor *x = NBT_CHECK(nb_randn(sh, 2, &rp));
+        for (int i = 0; i < 3; i++) {
+            nb_tensor *out = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_dropout(x, ps[i], true, g)), NB_FLOAT64));
+            nb_tensor *x64 = NBT_CHECK(nb_to_dtype(x, NB_FLOAT64));
+            double xo[64 * 33], oo[64 * 33];
+            NBT_OK(nb_tensor_read(x64, xo, sizeof xo));
+            NBT_OK(nb_tensor_read(out, oo, sizeof oo));
+            int zeros = 0;
+            double tol = ps[i] == 0.3 ? (d ? 4e-16 : 2.5e-7) : 0; /* two roundings: 1/(1-p), then x * it */
+            for (int k = 0; k < 64 * 33; k++) {
+                if (oo[k] == 0) {
+                    zeros++;
+                    continue;
+                }
+                double want = xo[k] / (1 - ps[i]);
+                if (fabs(oo[k] - want) > tol * fabs(want))
+                    fail_msg("dropout p=%g %s: element %d is %.17g, expected 0 or %.17g", ps[i], d ? "f64" : "f32",
+                             k, oo[k], want);
+            }
+            assert_true(zeros > 0 && zeros < 64 * 33);
+        }
+    }
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
+static void test_dropout_seed_and_grad(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {50, 40};
+    nb_tensor *x = NBT_CHECK(nb_ones(sh, 2, NULL));
+    nb_generator *g = nb_generator_create(99);
+    nb_tensor *a = NBT_CHECK(nb_dropout(x, 0.5, true, g));
+    nb_generator_manual_seed(g, 99);
+    nb_tensor *b = NBT_CHECK(nb_dropout(nbt_noncontig(x), 0.5, true, g));
+    nbt_assert_close(a, b, 0, 0, "dropout: same seed, same mask (also for a non-contiguous input)");
+    nb_tensor *c = NBT_CHECK(nb_dropout(x, 0.5, true, g));
+    assert_true(item(nb_sum(NBT_CHECK(nb_ne(a, c)), NULL, 0, false)) > 0); /* the stream moved on */
+    nb_manual_seed(5);
+    nb_tensor *d1 = NBT_CHECK(nb_dropout(x, 0.5, true, NULL));
+    nb_manual_seed(5);
+    nbt_assert_close(NBT_CHECK(nb_dropout(x, 0.5, true, NULL)), d1, 0, 0, "dropout: default generator seeded");
+    /* gradient: gout * mask / (1 - p); with x = 1 the output is that scaled mask itself */
+    nb_tensor *leaf = nbt_leaf(x);
+    nb_generator_manual_seed(g, 3);
+    nb_tensor *out = NBT_CHECK(nb_dropout(leaf, 0.5, true, g));
+    nb_tensor_params rp = nb_tensor_params_default();
+    rp.generator = g;
+    nb_tensor *gout = NBT_CHECK(nb_randn(sh, 2, &rp));
+    NBT_OK(nb_backward(out, gout, NB_BACKWARD_DEFAULT));
+    nbt_assert_close(nb_tensor_grad(leaf), NBT_CHECK(nb_mul(gout, out)), 0, 0, "dropout gradient");
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
+static void test_dropout_identity(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {5, 6};
+    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn(sh, 2, NULL)));
+    nbt_assert_close(NBT_CHECK(nb_dropout(x, 0.7, false, NULL)), x, 0, 0, "dropout eval");
+    nbt_assert_close(NBT_CHECK(nb_dropout(x, 0.0, true, NULL)), x, 0, 0, "dropout p=0");
+    nb_tensor *z = NBT_CHECK(nb_dropout(x, 1.0, true, NULL));
+    nbt_assert_close(z, NBT_CHECK(nb_zeros(sh, 2, NULL)), 0, 0, "dropout p=1");
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(z, NULL, 0, false)), NULL, NB_BACKWARD_DEFAULT));
+    nbt_assert_close(nb_tensor_grad(x), NBT_CHECK(nb_zeros(sh, 2, NULL)), 0, 0, "dropout p=1 gradient");
+    /* eval mode passes gradients through unchanged */
+    nb_tensor *y = nbt_leaf(x);
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_dropout(y, 0.3, false, NULL)), NULL, 0, false)), NULL,
+                       NB_BACKWARD_DEFAULT));
+    nbt_assert_close(nb_tensor_grad(y), NBT_CHECK(nb_ones(sh, 2, NULL)), 0, 0, "dropout eval gradient");
+    nb_scope_end(s);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static void test_errors(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {3, 10}, n3 = 3, c4 = 4, sh4[3] = {3, 10, 4}, bad[2] = {3, 5};
+    nb_tensor *x = NBT_CHECK(nb_randn(sh, 2, NULL));
+    const int64_t tv[3] = {1, 12, 0}, tn[3] = {1, -3, 0}, tok[3] = {1, 2, 3};
+    nb_tensor *t12 = from(tv, &n3, 1, NB_INT64), *tneg = from(tn, &n3, 1, NB_INT64), *t = from(tok, &n3, 1, NB_INT64);
+    NBT_FAILS(nb_cross_entropy(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG,
+              "cross_entropy: target 12 is out of bounds for 10 classes", NULL);
+    NBT_FAILS(nb_cross_entropy(x, tneg, NULL) == NULL, NB_ERR_INVALID_ARG, "target -3 is out of bounds for 10", NULL);
+    NBT_FAILS(nb_nll_loss(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG, "nll_loss: target 12", "10 classes", NULL);
+    NBT_FAILS(nb_cross_entropy(NULL, t, NULL) == NULL, NB_ERR_INVALID_ARG, "cross_entropy", NULL);
+    NBT_FAILS(nb_cross_entropy(x, NBT_CHECK(nb_zeros(&n3, 1, NULL)), NULL) == NULL, NB_ERR_DTYPE, "cross_entropy",
+              "int64", "float32", NULL);
+    NBT_FAILS(nb_cross_entropy(NBT_CHECK(nb_randn(sh4, 3, NULL)), t, NULL) == NULL, NB_ERR_SHAPE, "cross_entropy",
+              "[3]", "[3, 10, 4]", NULL);
+    NBT_FAILS(nb_cross_entropy(x, NBT_CHECK(nb_zeros(bad, 2, &(nb_tensor_params){.dtype = NB_INT64})), NULL) == NULL,
+              NB_ERR_SHAPE, "cross_entropy", "[3, 5]", "[3, 10]", NULL);
+    NBT_FAILS(nb_cross_entropy(NBT_CHECK(nb_to_dtype(x, NB_INT64)), t, NULL) == NULL, NB_ERR_DTYPE, "cross_entropy",
+              "input", "int64", NULL);
+    nb_cross_entropy_params p = nb_cross_entropy_params_default();
+    p.weight = NBT_CHECK(nb_ones(&c4, 1, NULL));
+    NBT_FAILS(nb_cross_entropy(x, t, &p) == NULL, NB_ERR_SHAPE, "cross_entropy: weight of shape [4]", "[10]", NULL);
+    p = nb_cross_entropy_params_default();
+    p.label_smoothing = 1.5;
+    NBT_FAILS(nb_cross_entropy(x, t, &p) == NULL, NB_ERR_INVALID_ARG, "label_smoothing", "1.5", NULL);
+    p = nb_cross_entropy_params_default();
+    p.reduction = (nb_reduction)7;
+    NBT_FAILS(nb_cross_entropy(x, t, &p) == NULL, NB_ERR_INVALID_ARG, "cross_entropy: unknown reduction 7", NULL);
+    NBT_FAILS(nb_mse_loss(x, NBT_CHECK(nb_randn(&c4, 1, NULL)), NB_REDUCE_MEAN) == NULL, NB_ERR_SHAPE, "mse_loss",
+              NULL);
+    NBT_FAILS(nb_mse_loss(x, NULL, NB_REDUCE_MEAN) == NULL, NB_ERR_INVALID_ARG, "mse_loss", NULL);
+    NBT_FAILS(nb_mse_loss(x, x, (nb_reduction)-1) == NULL, NB_ERR_INVALID_ARG, "mse_loss: unknown reduction", NULL);
+    const char *bce = "binary_cross_entropy_with_logits";
+    nb_tensor *row = NBT_CHECK(nb_rand(&sh[1], 1, NULL));
+    NBT_FAILS(nb_binary_cross_entropy_with_logits(x, row, NULL, NULL, NB_REDUCE_MEAN) == NULL, NB_ERR_SHAPE, bce,
+              "target size [10] must be the same as input size [3, 10]", NULL);
+    NBT_FAILS(nb_binary_cross_entropy_with_logits(x, x, NBT_CHECK(nb_ones(&c4, 1, NULL)), NULL, NB_REDUCE_MEAN) == NULL,
+              NB_ERR_SHAPE, bce, "weight of shape [4]", "[3, 10]", NULL);
+    NBT_FAILS(nb_binary_cross_entropy_with_logits(x, x, NULL, NBT_CHECK(nb_ones(sh4, 3, NULL)), NB_REDUCE_MEAN) == NULL,
+              NB_ERR_SHAPE, bce, "pos_weight of shape [3, 10, 4]", NULL);
+    NBT_FAILS(nb_binary_cross_entropy_with_logits(x, t, NULL, NULL, NB_REDUCE_MEAN) == NULL, NB_ERR_DTYPE, bce,
+              "target", "int64", NULL);
+    NBT_FAILS(nb_dropout(x, 1.5, true, NULL) == NULL, NB_ERR_INVALID_ARG,
+              "dropout: probability has to be between 0 and 1, but got 1.5", NULL);
+    NBT_FAILS(nb_dropout(x, -0.1, false, NULL) == NULL, NB_ERR_INVALID_ARG, "dropout", "-0.1", NULL);
+    NBT_FAILS(nb_dropout(x, NAN, true, NULL) == NULL, NB_ERR_INVALID_ARG, "dropout", "nan", NULL);
+    NBT_FAILS(nb_dropout(t, 0.5, true, NULL) == NULL, NB_ERR_DTYPE, "dropout", "int64", NULL);
+    NBT_FAILS(nb_dropout(NULL, 0.5, true, NULL) == NULL, NB_ERR_INVALID_ARG, "dropout: NULL", NULL);
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_dropout_stats),
+        cmocka_unit_test(test_dropout_scaling),
+        cmocka_unit_test(test_dropout_seed_and_grad),
+        cmocka_unit_test(test_dropout_identity),
+        cmocka_unit_test(test_reference),
+    };
+    return NBT_RUN(tests);
+}
