@@ -9,5 +9,6 @@
 #include "nabla/autograd.h"
 #include "nabla/io.h"
 #include "nabla/loss.h"
+#include "nabla/data.h"
 
 #endif

@@ -1,0 +1,140 @@
+/* nabla/data.h: dataset readers (IDX for MNIST/Fashion-MNIST, CIFAR-10 binary), datasets and a
+ * data loader with batching, seeded shuffling, normalisation, augmentation and background
+ * prefetching.
+ *
+ * Conventions of nabla/core.h hold: tensor-returning calls give a new reference (scope-owned when a
+ * scope is open) or NULL; the others return an nb_status; out-parameters are set (NULL on
+ * failure); destructors accept NULL. A file that is missing or malformed fails with NB_ERR_IO or
+ * NB_ERR_FORMAT and a message naming the file and what is wrong with it.
+ *
+ * Thread safety: a dataset or a loader is used from one thread at a time. A loader calls its
+ * dataset's callbacks from its background thread (never from two threads at once).
+ */
+#ifndef NABLA_DATA_H
+#define NABLA_DATA_H
+
+#include "nabla/core.h"
+#include "nabla/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- readers ------------------------------------------------------------------------------- */
+
+/* Reads an IDX file (the format of MNIST and Fashion-MNIST), gzipped or plain. The tensor has the
+ * file's dims and its element type: uint8 (type 0x08), int32 (0x0C), float32 (0x0D) or float64
+ * (0x0E). Errors: NB_ERR_IO (cannot open), NB_ERR_FORMAT (bad magic, unsupported type, dims that
+ * do not match the data, truncated or corrupt gzip stream, trailing data). */
+NB_API nb_tensor *nb_read_idx(const char *path);
+
+/* Reads one CIFAR-10 binary batch file (records of 1 label byte and 3072 pixel bytes: 1024 red,
+ * 1024 green, 1024 blue, row-major 32x32). *images: uint8 [N, 3, 32, 32]; *labels: int64 [N].
+ * Errors: NB_ERR_IO, NB_ERR_FORMAT (empty, size not a multiple of 3073, label above 9). */
+NB_API nb_status nb_read_cifar10(const char *path, nb_tensor **images, nb_tensor **labels);
+
+/* ---- datasets ------------------------------------------------------------------------------ */
+
+typedef struct nb_dataset nb_dataset;
+
+/* A dataset implemented by the caller. Every sample is a float32 array of shape sample_shape and
+ * an int64 label. */
+typedef struct nb_dataset_funcs {
+    /* The number of samples; called once, by nb_dataset_create. */
+    int64_t (*size)(void *user);
+    /* Writes sample `index` (0 <= index < size) into x (numel(sample_shape) floats, row-major)
+     * and its label into *y. Returns NB_OK, or a status with the error set (nb__err style: the
+     * message is passed on to the loader's caller). */
+    nb_status (*get)(void *user, int64_t index, float *x, int64_t *y);
+    /* Releases user; called by nb_dataset_free (may be NULL). */
+    void (*free)(void *user);
+    void *user;
+    int sample_ndim;                    /* 1..NB_MAX_DIMS; [C, H, W] for images */
+    int64_t sample_shape[NB_MAX_DIMS];
+} nb_dataset_funcs;
+
+/* A dataset over the caller's callbacks (copied). Fails on a missing size/get, a bad shape or a
+ * negative size; funcs->free is not called then. */
+NB_API nb_dataset *nb_dataset_create(const nb_dataset_funcs *funcs);
+/* Samples x [N, ...] (any real dtype; uint8 values are divided by 255, as torchvision's ToTensor,
+ * others are converted to float32 as they are) and labels y [N] (an integer dtype). The dataset
+ * keeps its own references to CPU copies. */
+NB_API nb_dataset *nb_dataset_from_tensors(const nb_tensor *x, const nb_tensor *y);
+/* MNIST / Fashion-MNIST from dir ({train,t10k}-{images-idx3,labels-idx1}-ubyte, with or without
+ * .gz): samples [1, 28, 28] in [0, 1], labels 0..9. The two are the same format; both names are
+ * given for readability. Fails when a file is missing or malformed, or when the image and label
+ * counts differ. */
+NB_API nb_dataset *nb_dataset_mnist(const char *dir, bool train);
+NB_API nb_dataset *nb_dataset_fashion_mnist(const char *dir, bool train);
+/* CIFAR-10 from dir (data_batch_1.bin .. data_batch_5.bin, or test_batch.bin): samples
+ * [3, 32, 32] in [0, 1], labels 0..9. */
+NB_API nb_dataset *nb_dataset_cifar10(const char *dir, bool train);
+
+NB_API int64_t nb_dataset_size(const nb_dataset *d);
+/* The shape of one sample (a pointer valid while d lives); *ndim receives its length. */
+NB_API const int64_t *nb_dataset_sample_shape(const nb_dataset *d, int *ndim);
+/* Sample `index` into x (numel(sample_shape) floats) and *y; checks index. */
+NB_API nb_status nb_dataset_get(nb_dataset *d, int64_t index, float *x, int64_t *y);
+NB_API void nb_dataset_free(nb_dataset *d);
+
+/* ---- data loader --------------------------------------------------------------------------- */
+
+typedef struct nb_data_loader nb_data_loader;
+
+#define NB_DATA_MAX_CHANNELS 16
+
+typedef struct nb_data_loader_params {
+    int64_t batch_size; /* default 64 */
+    bool shuffle;       /* default false; a fresh permutation per epoch from (seed, epoch) */
+    uint64_t seed;      /* default 0; also seeds augmentation */
+    bool drop_last;     /* default false: the last, smaller batch is kept */
+    /* Per-channel normalisation x = (x - mean[c]) / std[c] over dim 0 of a sample, after the
+     * augmentation; norm_channels 0 (the default) turns it off, otherwise it must equal C. */
+    int norm_channels;
+    float mean[NB_DATA_MAX_CHANNELS];
+    float std[NB_DATA_MAX_CHANNELS];
+    /* Augmentation of [C, H, W] samples, in torchvision's order (RandomCrop, then
+     * RandomHorizontalFlip): random_crop pads the image by crop_padding zeros on each side and
+     * takes a crop_size x crop_size window (crop_size 0: H x W) at a random offset; hflip
+     * mirrors a sample with probability 1/2. Default off. The random choices depend only on
+     * (seed, epoch, position in the epoch), so they are reproducible with or without prefetch. */
+    bool random_crop;
+    int64_t crop_padding;
+    int64_t crop_size;
+    bool hflip;
+    /* Batches prepared ahead by a background thread; 0 = prepare each batch in
+     * nb_data_loader_next. Default 2. */
+    int prefetch;
+    /* Where batches are moved (nb_to) before they are returned. Default the CPU. */
+    nb_device device;
+} nb_data_loader_params;
+
+NB_API nb_data_loader_params nb_data_loader_params_default(void);
+
+/* A loader over dataset (borrowed: it must outlive the loader), at epoch 0 (p NULL: defaults).
+ * With prefetch > 0 the background thread starts preparing epoch 0 at once. */
+NB_API nb_data_loader *nb_data_loader_create(nb_dataset *dataset, const nb_data_loader_params *p);
+/* Stops the background thread (also in the middle of an epoch) and releases prepared batches. */
+NB_API void nb_data_loader_free(nb_data_loader *l);
+
+/* The next batch of the current epoch: *x float32 [B, ...sample_shape], *y int64 [B], new
+ * references (scope-owned when a scope is open), and *done = false. At the end of the epoch it
+ * returns NB_OK with *x = *y = NULL and *done = true, and the loader moves on to the next epoch
+ * (so `while (next(...) == NB_OK && !done)` loops over one epoch, and the same loop again over
+ * the next). On failure (a dataset callback failed) *x = *y = NULL, *done = false, and the
+ * dataset's error is returned; the loader skips that batch. */
+NB_API nb_status nb_data_loader_next(nb_data_loader *l, nb_tensor **x, nb_tensor **y, bool *done);
+/* Restarts at the first batch of epoch `epoch` (its permutation and augmentation depend on the
+ * seed and the epoch number), dropping batches prepared ahead. */
+NB_API nb_status nb_data_loader_start_epoch(nb_data_loader *l, int64_t epoch);
+/* Restarts the current epoch at its first batch (same order as before). */
+NB_API nb_status nb_data_loader_reset(nb_data_loader *l);
+/* The current epoch number. */
+NB_API int64_t nb_data_loader_epoch(const nb_data_loader *l);
+/* Batches per epoch: ceil(N / batch_size), or floor with drop_last. */
+NB_API int64_t nb_data_loader_len(const nb_data_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
