@@ -133,7 +133,7 @@ nb_tensor *nb_read_idx(const char *path)
     gzFile f = gzopen(path, "rb");
     if (!f) return nb__err_null(NB_ERR_IO, "read_idx: cannot open %s: %s", path, strerror(errno));
     gzbuffer(f, 1 << 17);
-    nb_dtype dt;
+    nb_dtype dt = NB_UINT8;
     int64_t shape[NB_MAX_DIMS];
     int ndim = 0;
     nb_tensor *t = NULL;
