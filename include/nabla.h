@@ -10,5 +10,6 @@
 #include "nabla/io.h"
 #include "nabla/loss.h"
 #include "nabla/data.h"
+#include "nabla/optim.h"
 
 #endif

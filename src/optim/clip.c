@@ -1,0 +1,92 @@
+/* Gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_. */
+#include <math.h>
+
+#include "optim/optim_impl.h"
+
+/* sum |g|^p (or max |g| when p is infinite) over a contiguous CPU tensor, in float64. */
+static double accumulate(const nb_tensor *g, double p)
+{
+    int64_t n = nb__numel(g->shape, g->ndim);
+    double acc = 0;
+    if (g->dtype == NB_FLOAT32) {
+        const float *x = (const float *)nb__data(g);
+        for (int64_t i = 0; i < n; i++) {
+            double a = fabs((double)x[i]);
+            acc = isinf(p) ? (a > acc || isnan(a) ? a : acc) : acc + (p == 2 ? a * a : pow(a, p));
+        }
+    } else {
+        const double *x = (const double *)nb__data(g);
+        for (int64_t i = 0; i < n; i++) {
+            double a = fabs(x[i]);
+            acc = isinf(p) ? (a > acc || isnan(a) ? a : acc) : acc + (p == 2 ? a * a : pow(a, p));
+        }
+    }
+    return acc;
+}
+
+static nb_status check_grads(const char *op, nb_tensor *const *params, int n)
+{
+    if (n < 0 || (n > 0 && !params)) return nb__err(NB_ERR_INVALID_ARG, "%s: bad parameter list (n = %d)", op, n);
+    for (int i = 0; i < n; i++) {
+        if (!params[i]) return nb__err(NB_ERR_INVALID_ARG, "%s: params[%d] is NULL", op, i);
+        const nb_tensor *g = params[i]->grad;
+        if (!g) continue;
+        if (g->dtype != NB_FLOAT32 && g->dtype != NB_FLOAT64)
+            return nb__err(NB_ERR_DTYPE, "%s: the grad of params[%d] has dtype %s", op, i, nb_dtype_name(g->dtype));
+        if (g->storage->device.type != NB_DEVICE_CPU)
+            return nb__err(NB_ERR_UNSUPPORTED, "%s: the grad of params[%d] is not on the CPU", op, i);
+    }
+    return NB_OK;
+}
+
+nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, double norm_type,
+                             double *total_norm_out)
+{
+    const char *op = "clip_grad_norm_";
+    if (total_norm_out) *total_norm_out = 0;
+    if (!(max_norm >= 0)) return nb__err(NB_ERR_INVALID_ARG, "%s: invalid max_norm %g", op, max_norm);
+    if (!(norm_type > 0)) return nb__err(NB_ERR_INVALID_ARG, "%s: invalid norm_type %g", op, norm_type);
+    NB_TRY(check_grads(op, params, n));
+    bool prev = nb_set_grad_enabled(false);
+    nb_scope *sc = nb_scope_begin();
+    double total = 0;
+    nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "%s: out of memory", op);
+    for (int i = 0; i < n && st == NB_OK; i++) {
+        if (!params[i]->grad) continue;
+        nb_tensor *g = nb_contiguous(params[i]->grad);
+        if (!g) {
+            st = nb_last_status();
+            break;
+        }
+        double a = accumulate(g, norm_type);
+        total = isinf(norm_type) ? (a > total || isnan(a) ? a : total) : total + a;
+    }
+    if (!isinf(norm_type)) total = norm_type == 2 ? sqrt(total) : pow(total, 1 / norm_type);
+    double coef = max_norm / (total + 1e-6);
+    if (coef > 1) coef = 1;
+    for (int i = 0; i < n && st == NB_OK; i++)
+        if (params[i]->grad) st = nb_mul_scalar_(params[i]->grad, coef);
+    nb_scope_end(sc);
+    nb_set_grad_enabled(prev);
+    if (st == NB_OK && total_norm_out) *total_norm_out = total;
+    return st;
+}
+
+nb_status nb_clip_grad_value_(nb_tensor *const *params, int n, double clip)
+{
+    const char *op = "clip_grad_value_";
+    if (!(clip >= 0)) return nb__err(NB_ERR_INVALID_ARG, "%s: invalid clip value %g", op, clip);
+    NB_TRY(check_grads(op, params, n));
+    bool prev = nb_set_grad_enabled(false);
+    nb_scope *sc = nb_scope_begin();
+    nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "%s: out of memory", op);
+    for (int i = 0; i < n && st == NB_OK; i++) {
+        nb_tensor *g = params[i]->grad;
+        if (!g) continue;
+        nb_tensor *c = nb_clamp(g, -clip, clip);
+        st = c ? nb_copy_(g, c) : nb_last_status();
+    }
+    nb_scope_end(sc);
+    nb_set_grad_enabled(prev);
+    return st;
+}

@@ -1,0 +1,54 @@
+/* Internal: the optimizer struct shared by the optimizer files and the schedulers. */
+#ifndef NB_OPTIM_IMPL_H
+#define NB_OPTIM_IMPL_H
+
+#include "core/tensor_impl.h"
+#include "nabla/optim.h"
+
+#define NB_OPTIM_MAX_BUFS 3
+#define NB_OPTIM_MAX_HYPER 8
+
+typedef enum { NB__SGD, NB__ADAM, NB__ADAMW, NB__RMSPROP } nb__optim_kind;
+
+/* One parameter's state: buffers are contiguous, in the parameter's dtype, NULL until needed. */
+typedef struct nb__pstate {
+    bool started;  /* the parameter has had a step (its state exists, as in torch's dict) */
+    int64_t step;
+    nb_tensor *buf[NB_OPTIM_MAX_BUFS];
+} nb__pstate;
+
+/* A hyper-parameter as the state dict names it; betas is the one pair. */
+typedef struct nb__hyper {
+    const char *name;
+    double *v;
+    int count; /* 1, or 2 for betas */
+} nb__hyper;
+
+struct nb_optim {
+    nb__optim_kind kind;
+    const char *name; /* "sgd", "adam"... */
+    int n;
+    nb_tensor **params; /* owned references */
+    nb__pstate *st;
+    double lr, momentum, dampening, weight_decay, nesterov;   /* SGD (nesterov as 0/1) */
+    double betas[2], eps, amsgrad;                            /* Adam(W) */
+    double alpha, centered;                                   /* RMSprop (+ momentum, eps) */
+    bool has_step;                                            /* the state has a step count */
+    int nbuf;
+    const char *buf_names[NB_OPTIM_MAX_BUFS];
+    bool buf_used[NB_OPTIM_MAX_BUFS]; /* configured: e.g. max_exp_avg_sq only with amsgrad */
+    int nhyper;
+    nb__hyper hyper[NB_OPTIM_MAX_HYPER];
+    /* one update of parameter p (contiguous CPU) with grad g (contiguous, p's dtype) */
+    nb_status (*update)(nb_optim *o, int i, nb_tensor *p, const nb_tensor *g);
+};
+
+/* Allocates the optimizer shell with validated, retained params (NULL + error on failure). */
+nb_optim *nb__optim_new(const char *op, nb_tensor *const *params, int n);
+void nb__optim_add_hyper(nb_optim *o, const char *name, double *v, int count);
+/* Makes parameter i's buffer b (zero-filled) if it does not exist yet. */
+nb_status nb__optim_ensure_buf(nb_optim *o, int i, int b);
+/* The threads for a loop over n elements (1 below the grain). */
+int nb__optim_threads(int64_t n);
+
+#endif

@@ -1,0 +1,502 @@
+/* Optimizers, lr schedules and gradient clipping against PyTorch (tests/ref/cases_optim.py);
+ * state save/load for exact resumption; error paths. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nbtest.h"
+#include "nabla/optim.h"
+
+#define STEPS 5
+#define NPARAM 2
+
+static nb_tensor_map *g_ref;
+
+static double hp_at(const char *case_name, int i)
+{
+    nb_tensor *hp = NBT_CHECK(nbt_ref(g_ref, case_name, "hp"));
+    double v[8];
+    assert_true(nb_tensor_numel(hp) <= 8);
+    NBT_OK(nb_tensor_read(hp, v, (size_t)nb_tensor_numel(hp) * sizeof(double)));
+    return v[i];
+}
+
+/* The optimizer a reference case describes (its kind is the case name's first word). */
+static nb_optim *make_optim(const char *c, nb_tensor **params)
+{
+    if (!strncmp(c, "sgd", 3)) {
+        nb_sgd_params p = nb_sgd_params_default();
+        p.lr = hp_at(c, 0), p.momentum = hp_at(c, 1), p.dampening = hp_at(c, 2);
+        p.weight_decay = hp_at(c, 3), p.nesterov = hp_at(c, 4) != 0;
+        return nb_optim_sgd(params, NPARAM, &p);
+    }
+    if (!strncmp(c, "adam", 4)) {
+        nb_adam_params p = nb_adam_params_default();
+        p.lr = hp_at(c, 0), p.beta1 = hp_at(c, 1), p.beta2 = hp_at(c, 2), p.eps = hp_at(c, 3);
+        p.weight_decay = hp_at(c, 4), p.amsgrad = hp_at(c, 5) != 0;
+        return !strncmp(c, "adamw", 5) ? nb_optim_adamw(params, NPARAM, &p) : nb_optim_adam(params, NPARAM, &p);
+    }
+    nb_rmsprop_params p = nb_rmsprop_params_default();
+    p.lr = hp_at(c, 0), p.alpha = hp_at(c, 1), p.eps = hp_at(c, 2), p.weight_decay = hp_at(c, 3);
+    p.momentum = hp_at(c, 4), p.centered = hp_at(c, 5) != 0;
+    return nb_optim_rmsprop(params, NPARAM, &p);
+}
+
+static bool is_optim_case(const char *c)
+{
+    return !strncmp(c, "sgd", 3) || !strncmp(c, "adam", 4) || !strncmp(c, "rmsprop", 7);
+}
+
+/* Sets the grads of step s (NULL where the reference has none); noncontig lays them out strided. */
+static void set_grads(const char *c, nb_tensor **params, int s, bool noncontig)
+{
+    for (int i = 0; i < NPARAM; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "g%d_%d", s, i);
+        nb_tensor *g = nbt_ref(g_ref, c, k);
+        if (g && noncontig) g = nbt_noncontig(g);
+        NBT_OK(nb_tensor_set_grad(params[i], g));
+    }
+}
+
+static void fresh_params(const char *c, nb_tensor **params)
+{
+    for (int i = 0; i < NPARAM; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "p%d", i);
+        params[i] = nbt_leaf(NBT_CHECK(nbt_ref(g_ref, c, k)));
+    }
+}
+
+static void run_case(const char *c, bool noncontig)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *params[NPARAM];
+    fresh_params(c, params);
+    nb_optim *opt = NBT_CHECK(make_optim(c, params));
+    bool f64 = nb_tensor_dtype(params[0]) == NB_FLOAT64;
+    for (int s = 0; s < STEPS; s++) {
+        set_grads(c, params, s, noncontig);
+        uint64_t v0 = nb_tensor_version(params[0]);
+        NBT_OK(nb_optim_step(opt));
+        assert_true(nb_tensor_version(params[0]) > v0);
+        assert_true(nb_tensor_is_leaf(params[0]));
+        for (int i = 0; i < NPARAM; i++) {
+            char k[32], what[160];
+            snprintf(k, sizeof k, "out%d_%d", s, i);
+            snprintf(what, sizeof what, "%s step %d param %d%s", c, s, i, noncontig ? " (strided grads)" : "");
+            nbt_assert_close(params[i], NBT_CHECK(nbt_ref(g_ref, c, k)), f64 ? 1e-12 : 1e-5, f64 ? 1e-14 : 1e-6, what);
+        }
+    }
+    nb_optim_free(opt);
+    nb_scope_end(sc);
+}
+
+static void test_optim_reference(void **state)
+{
+    char **names;
+    int n = nbt_case_names(g_ref, &names), count = 0;
+    for (int i = 0; i < n; i++) {
+        if (!is_optim_case(names[i])) continue;
+        run_case(names[i], false);
+        run_case(names[i], true);
+        count++;
+    }
+    nbt_free_names(names, n);
+    assert_int_equal(count, 28);
+}
+
+/* ---- schedulers -------------------------------------------------------------------------- */
+
+static nb_lr_scheduler *make_sched(const char *name, nb_optim *o)
+{
+    if (!strcmp(name, "sched_step")) return nb_lr_step(o, 7, 0.5);
+    if (!strcmp(name, "sched_multistep")) {
+        int64_t ms[] = {5, 12, 12, 20};
+        return nb_lr_multistep(o, ms, 4, 0.3);
+    }
+    if (!strcmp(name, "sched_cosine")) return nb_lr_cosine(o, 10, 0.01);
+    if (!strcmp(name, "sched_linear")) return nb_lr_linear(o, 0.25, 1.0, 8);
+    if (!strcmp(name, "sched_onecycle_cos")) {
+        nb_onecycle_params p = nb_onecycle_params_default(1.0, 31);
+        return nb_lr_onecycle(o, &p);
+    }
+    nb_onecycle_params p = nb_onecycle_params_default(0.5, 40);
+    p.pct_start = 0.25, p.anneal = NB_ANNEAL_LINEAR, p.div_factor = 10, p.final_div_factor = 100;
+    return nb_lr_onecycle(o, &p);
+}
+
+static void test_sched_reference(void **state)
+{
+    const char *names[] = {"sched_step", "sched_multistep", "sched_cosine", "sched_linear", "sched_onecycle_cos",
+                           "sched_onecycle_linear"};
+    for (size_t c = 0; c < sizeof names / sizeof *names; c++) {
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *p = nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){1}, 1, NULL)));
+        nb_sgd_params sp = nb_sgd_params_default();
+        sp.lr = 0.1;
+        nb_optim *o = NBT_CHECK(nb_optim_sgd(&p, 1, &sp));
+        nb_lr_scheduler *s = NBT_CHECK(make_sched(names[c], o));
+        double want[31];
+        NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(g_ref, names[c], "lrs")), want, sizeof want));
+        for (int e = 0; e <= 30; e++) {
+            if (e > 0) NBT_OK(nb_lr_scheduler_step(s));
+            double got = nb_lr_scheduler_get_last_lr(s);
+            if (fabs(got - want[e]) > 1e-12 * fabs(want[e]) + 1e-15)
+                fail_msg("%s epoch %d: lr %.17g, torch %.17g", names[c], e, got, want[e]);
+            assert_true(nb_optim_get_lr(o) == got);
+        }
+        nb_lr_scheduler_free(s);
+        nb_optim_free(o);
+        nb_scope_end(sc);
+    }
+}
+
+static void test_onecycle_past_end(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *p = nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){1}, 1, NULL)));
+    nb_optim *o = NBT_CHECK(nb_optim_sgd(&p, 1, NULL));
+    nb_onecycle_params op = nb_onecycle_params_default(1.0, 3);
+    nb_lr_scheduler *s = NBT_CHECK(nb_lr_onecycle(o, &op));
+    for (int i = 0; i < 3; i++) NBT_OK(nb_lr_scheduler_step(s));
+    NBT_FAILS(nb_lr_scheduler_step(s) != NB_OK, NB_ERR_INVALID_ARG, "one-cycle", "total_steps is 3", NULL);
+    NBT_FAILS(nb_lr_onecycle(o, NULL) == NULL, NB_ERR_INVALID_ARG, "lr_onecycle", NULL);
+    op.pct_start = 1.5;
+    NBT_FAILS(nb_lr_onecycle(o, &op) == NULL, NB_ERR_INVALID_ARG, "pct_start 1.5", NULL);
+    NBT_FAILS(nb_lr_step(o, 0, 0.1) == NULL, NB_ERR_INVALID_ARG, "lr_step", "step_size 0", NULL);
+    NBT_FAILS(nb_lr_cosine(o, 0, 0) == NULL, NB_ERR_INVALID_ARG, "lr_cosine", "T_max 0", NULL);
+    NBT_FAILS(nb_lr_linear(o, 0, 1, 5) == NULL, NB_ERR_INVALID_ARG, "lr_linear", NULL);
+    NBT_FAILS(nb_lr_multistep(NULL, NULL, 0, 0.1) == NULL, NB_ERR_INVALID_ARG, "optimizer is NULL", NULL);
+    nb_lr_scheduler_free(s);
+    nb_optim_free(o);
+    nb_scope_end(sc);
+}
+
+/* ---- clipping -------------------------------------------------------------------------------- */
+
+static void test_clip_reference(void **state)
+{
+    char **names;
+    int n = nbt_case_names(g_ref, &names), count = 0;
+    for (int c = 0; c < n; c++) {
+        bool by_norm = !strncmp(names[c], "clipnorm_", 9);
+        if (!by_norm && strncmp(names[c], "clipvalue", 9)) continue;
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *params[NPARAM];
+        for (int i = 0; i < NPARAM; i++) {
+            char k[8];
+            snprintf(k, sizeof k, "g%d", i);
+            nb_tensor *g = NBT_CHECK(nbt_ref(g_ref, names[c], k));
+            params[i] = nbt_leaf(NBT_CHECK(nb_zeros_like(g)));
+            NBT_OK(nb_tensor_set_grad(params[i], NBT_CHECK(nb_clone(g))));
+        }
+        bool f64 = nb_tensor_dtype(params[0]) == NB_FLOAT64;
+        if (by_norm) {
+            double total = -1, want;
+            NBT_OK(nb_clip_grad_norm_(params, NPARAM, hp_at(names[c], 0), hp_at(names[c], 1), &total));
+            NBT_OK(nb_item(NBT_CHECK(nbt_ref(g_ref, names[c], "total")), &want));
+            if (fabs(total - want) > (f64 ? 1e-12 : 1e-5) * want) fail_msg("%s: total %.17g, torch %.17g", names[c], total, want);
+        } else {
+            NBT_OK(nb_clip_grad_value_(params, NPARAM, 0.5));
+        }
+        for (int i = 0; i < NPARAM; i++) {
+            char k[8], what[128];
+            snprintf(k, sizeof k, "out%d", i);
+            snprintf(what, sizeof what, "%s grad %d", names[c], i);
+            nbt_assert_close(NBT_CHECK(nb_tensor_grad(params[i])), NBT_CHECK(nbt_ref(g_ref, names[c], k)),
+                             f64 ? 1e-12 : 1e-5, f64 ? 1e-15 : 1e-7, what);
+        }
+        count++;
+        nb_scope_end(sc);
+    }
+    nbt_free_names(names, n);
+    assert_int_equal(count, 18);
+}
+
+static void test_clip_edge_cases(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *p = nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){2}, 1, NULL)));
+    double total = -1;
+    NBT_OK(nb_clip_grad_norm_(&p, 1, 1.0, 2.0, &total)); /* no grad: nothing to do, norm 0 */
+    assert_true(total == 0);
+    NBT_FAILS(nb_clip_grad_norm_(&p, 1, -1.0, 2.0, &total) != NB_OK, NB_ERR_INVALID_ARG, "clip_grad_norm_",
+              "max_norm -1", NULL);
+    NBT_FAILS(nb_clip_grad_norm_(&p, 1, 1.0, 0.0, NULL) != NB_OK, NB_ERR_INVALID_ARG, "norm_type 0", NULL);
+    NBT_FAILS(nb_clip_grad_value_(&p, 1, -0.5) != NB_OK, NB_ERR_INVALID_ARG, "clip_grad_value_", "-0.5", NULL);
+    nb_tensor *null_p = NULL;
+    NBT_FAILS(nb_clip_grad_value_(&null_p, 1, 0.5) != NB_OK, NB_ERR_INVALID_ARG, "params[0] is NULL", NULL);
+    nb_scope_end(sc);
+}
+
+/* ---- state: save, load, resume ------------------------------------------------------------ */
+
+/* Runs steps [from, to) of case c on params. */
+static void run_steps(const char *c, nb_optim *o, nb_tensor **params, int from, int to)
+{
+    for (int s = from; s < to; s++) {
+        set_grads(c, params, s, false);
+        NBT_OK(nb_optim_step(o));
+    }
+}
+
+static void assert_bit_identical(nb_tensor *a, nb_tensor *b, const char *what)
+{
+    size_t nbytes = (size_t)nb_tensor_numel(a) * nb_dtype_size(nb_tensor_dtype(a));
+    assert_int_equal(nb_tensor_numel(a), nb_tensor_numel(b));
+    if (memcmp(nb_tensor_data_ptr(a), nb_tensor_data_ptr(b), nbytes) != 0) fail_msg("%s: not bit-identical", what);
+}
+
+static void resume_case(const char *c, const char *path)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *full[NPARAM], *part[NPARAM], *resumed[NPARAM];
+    fresh_params(c, full);
+    fresh_params(c, part);
+    nb_optim *o_full = NBT_CHECK(make_optim(c, full));
+    nb_optim *o_part = NBT_CHECK(make_optim(c, part));
+    run_steps(c, o_full, full, 0, STEPS);
+    run_steps(c, o_part, part, 0, 3);
+    /* the checkpoint: parameters and optimizer state in one file */
+    nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
+    NBT_OK(nb_optim_state_dict(o_part, m, "optim."));
+    for (int i = 0; i < NPARAM; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "model.%d", i);
+        NBT_OK(nb_tensor_map_set(m, k, part[i]));
+    }
+    char key[64];
+    snprintf(key, sizeof key, "optim.state.0.%s", !strncmp(c, "sgd", 3) ? "momentum_buffer"
+                                                : !strncmp(c, "adam", 4) ? "exp_avg" : "square_avg");
+    assert_true(nb_tensor_map_contains(m, key));
+    NBT_OK(nb_safetensors_save(m, path));
+    nb_optim_free(o_part);
+    nb_tensor_map_free(m);
+
+    nb_tensor_map *ld = NULL;
+    NBT_OK(nb_safetensors_load(path, nb_cpu(), &ld));
+    for (int i = 0; i < NPARAM; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "model.%d", i);
+        resumed[i] = nbt_leaf(NBT_CHECK(nb_tensor_map_get(ld, k)));
+    }
+    nb_optim *o_res = NBT_CHECK(make_optim(c, resumed));
+    NBT_OK(nb_optim_load_state_dict(o_res, ld, "optim."));
+    nb_tensor_map_free(ld);
+    run_steps(c, o_res, resumed, 3, STEPS);
+    for (int i = 0; i < NPARAM; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "%s resumed param %d", c, i);
+        assert_bit_identical(resumed[i], full[i], what);
+    }
+    nb_optim_free(o_full);
+    nb_optim_free(o_res);
+    nb_scope_end(sc);
+}
+
+static void test_state_roundtrip(void **state)
+{
+    char path[] = "/tmp/test_optim.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *cases[] = {"sgd_momentum/f32", "sgd_nesterov/f64", "adam_amsgrad/f64", "adamw/f32",
+                           "rmsprop_all/f64", "rmsprop_centered/f32"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) resume_case(cases[i], path);
+    unlink(path);
+}
+
+static void test_sched_state(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *p = nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){1}, 1, NULL)));
+    nb_optim *a = NBT_CHECK(nb_optim_sgd(&p, 1, NULL)), *b = NBT_CHECK(nb_optim_sgd(&p, 1, NULL));
+    nb_lr_scheduler *sa = NBT_CHECK(nb_lr_cosine(a, 7, 0.001)), *sb = NBT_CHECK(nb_lr_cosine(b, 7, 0.001));
+    for (int i = 0; i < 4; i++) NBT_OK(nb_lr_scheduler_step(sa));
+    nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
+    NBT_OK(nb_optim_state_dict(a, m, "o."));
+    NBT_OK(nb_lr_scheduler_state_dict(sa, m, "s."));
+    NBT_OK(nb_optim_load_state_dict(b, m, "o."));
+    NBT_OK(nb_lr_scheduler_load_state_dict(sb, m, "s."));
+    assert_true(nb_lr_scheduler_get_last_lr(sb) == nb_lr_scheduler_get_last_lr(sa));
+    for (int i = 0; i < 12; i++) {
+        NBT_OK(nb_lr_scheduler_step(sa));
+        NBT_OK(nb_lr_scheduler_step(sb));
+        assert_true(nb_lr_scheduler_get_last_lr(sa) == nb_lr_scheduler_get_last_lr(sb));
+    }
+    NBT_FAILS(nb_lr_scheduler_load_state_dict(sb, m, "x.") != NB_OK, NB_ERR_FORMAT, "missing entry", "x.last_epoch",
+              NULL);
+    nb_tensor_map_free(m);
+    nb_lr_scheduler_free(sa);
+    nb_lr_scheduler_free(sb);
+    nb_optim_free(a);
+    nb_optim_free(b);
+    nb_scope_end(sc);
+}
+
+/* ---- errors and small behaviours ---------------------------------------------------------- */
+
+static void test_bad_params(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *leaf = nbt_leaf(NBT_CHECK(nb_ones((int64_t[]){3}, 1, NULL)));
+    nb_tensor *nonleaf = NBT_CHECK(nb_mul_scalar(leaf, 2.0));
+    NBT_FAILS(nb_optim_sgd(&nonleaf, 1, NULL) == NULL, NB_ERR_INVALID_ARG, "optim sgd", "params[0]", "not a leaf", NULL);
+    nb_tensor_params ip = nb_tensor_params_default();
+    ip.dtype = NB_INT64;
+    nb_tensor *ints = NBT_CHECK(nb_zeros((int64_t[]){3}, 1, &ip));
+    nb_tensor *two[2] = {leaf, ints};
+    NBT_FAILS(nb_optim_adam(two, 2, NULL) == NULL, NB_ERR_DTYPE, "optim adam", "params[1]", "int64", NULL);
+    nb_tensor *nograd = NBT_CHECK(nb_zeros((int64_t[]){3}, 1, NULL));
+    NBT_FAILS(nb_optim_rmsprop(&nograd, 1, NULL) == NULL, NB_ERR_INVALID_ARG, "does not require grad", NULL);
+    NBT_FAILS(nb_optim_sgd(NULL, 0, NULL) == NULL, NB_ERR_INVALID_ARG, "at least one parameter", NULL);
+    nb_sgd_params sp = nb_sgd_params_default();
+    sp.lr = -0.1;
+    NBT_FAILS(nb_optim_sgd(&leaf, 1, &sp) == NULL, NB_ERR_INVALID_ARG, "invalid learning rate -0.1", NULL);
+    sp = nb_sgd_params_default();
+    sp.nesterov = true;
+    NBT_FAILS(nb_optim_sgd(&leaf, 1, &sp) == NULL, NB_ERR_INVALID_ARG, "nesterov requires", NULL);
+    nb_adam_params ap = nb_adam_params_default();
+    ap.beta1 = 1.0;
+    NBT_FAILS(nb_optim_adam(&leaf, 1, &ap) == NULL, NB_ERR_INVALID_ARG, "invalid beta1 1", NULL);
+    ap = nb_adamw_params_default();
+    ap.beta2 = -0.5;
+    NBT_FAILS(nb_optim_adamw(&leaf, 1, &ap) == NULL, NB_ERR_INVALID_ARG, "optim adamw", "invalid beta2 -0.5", NULL);
+    ap.beta2 = 0.999;
+    ap.eps = -1;
+    NBT_FAILS(nb_optim_adamw(&leaf, 1, &ap) == NULL, NB_ERR_INVALID_ARG, "invalid epsilon", NULL);
+    nb_rmsprop_params rp = nb_rmsprop_params_default();
+    rp.alpha = 1.5;
+    NBT_FAILS(nb_optim_rmsprop(&leaf, 1, &rp) == NULL, NB_ERR_INVALID_ARG, "invalid alpha 1.5", NULL);
+    nb_optim *o = NBT_CHECK(nb_optim_sgd(&leaf, 1, NULL));
+    NBT_FAILS(nb_optim_set_lr(o, -1) != NB_OK, NB_ERR_INVALID_ARG, "invalid learning rate -1", NULL);
+    NBT_OK(nb_optim_set_lr(o, 0.5));
+    assert_true(nb_optim_get_lr(o) == 0.5);
+    NBT_FAILS(nb_optim_step(NULL) != NB_OK, NB_ERR_INVALID_ARG, "optimizer is NULL", NULL);
+    nb_optim_free(o);
+    nb_optim_free(NULL);
+    nb_scope_end(sc);
+}
+
+/* zero_grad clears grads; a parameter without grad is left untouched; the optimizer keeps its
+ * own reference to the parameters. */
+static void test_zero_grad_and_refs(void **state)
+{
+    nb_tensor *p = nb_ones((int64_t[]){4}, 1, NULL); /* caller-owned: no scope */
+    NBT_OK(nb_tensor_set_requires_grad(p, true));
+    nb_sgd_params sp = nb_sgd_params_default();
+    sp.lr = 0.5;
+    nb_optim *o = NBT_CHECK(nb_optim_sgd(&p, 1, &sp));
+    nb_scope *sc = nb_scope_begin();
+    NBT_OK(nb_tensor_set_grad(p, NBT_CHECK(nb_full((int64_t[]){4}, 1, 2.0, NULL))));
+    NBT_OK(nb_optim_zero_grad(o));
+    assert_null(nb_tensor_grad(p));
+    NBT_OK(nb_optim_step(o)); /* no grad: skipped */
+    float v[4];
+    NBT_OK(nb_tensor_read(p, v, sizeof v));
+    assert_true(v[0] == 1.0f && v[3] == 1.0f);
+    NBT_OK(nb_tensor_set_grad(p, NBT_CHECK(nb_full((int64_t[]){4}, 1, 2.0, NULL))));
+    nb_scope_end(sc);
+    nb_tensor *keep = nb_tensor_retain(p);
+    nb_tensor_free(p); /* the optimizer still holds p */
+    NBT_OK(nb_optim_step(o));
+    NBT_OK(nb_tensor_read(keep, v, sizeof v));
+    assert_true(v[0] == 0.0f && v[2] == 0.0f); /* 1 - 0.5 * 2 */
+    nb_optim_free(o);
+    nb_tensor_free(keep);
+}
+
+/* A map from a 2-step Adam run, for corrupting. */
+static nb_tensor_map *adam_state(nb_tensor *p, bool amsgrad)
+{
+    nb_adam_params ap = nb_adam_params_default();
+    ap.amsgrad = amsgrad;
+    nb_optim *o = NBT_CHECK(nb_optim_adam(&p, 1, &ap));
+    NBT_OK(nb_tensor_set_grad(p, NBT_CHECK(nb_full((int64_t[]){2, 3}, 2, 0.5, NULL))));
+    NBT_OK(nb_optim_step(o));
+    nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
+    NBT_OK(nb_optim_state_dict(o, m, "opt/"));
+    nb_optim_free(o);
+    return m;
+}
+
+static void test_bad_state_dicts(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *p = nbt_leaf(NBT_CHECK(nb_ones((int64_t[]){2, 3}, 2, NULL)));
+    nb_optim *o = NBT_CHECK(nb_optim_adam(&p, 1, NULL));
+    nb_tensor_map *good = adam_state(p, false);
+    NBT_FAILS(nb_optim_load_state_dict(o, good, "nope/") != NB_OK, NB_ERR_FORMAT, "missing entry",
+              "nope/param_groups.0.lr", NULL);
+
+    nb_tensor_map *m = adam_state(p, false);
+    NBT_OK(nb_tensor_map_set(m, "opt/state.0.exp_avg", NBT_CHECK(nb_zeros((int64_t[]){3, 2}, 2, NULL))));
+    NBT_FAILS(nb_optim_load_state_dict(o, m, "opt/") != NB_OK, NB_ERR_SHAPE, "opt/state.0.exp_avg", "[3, 2]",
+              "[2, 3]", NULL);
+    nb_tensor_map_free(m);
+
+    m = adam_state(p, false);
+    NBT_OK(nb_tensor_map_set(m, "opt/state.1.step", NBT_CHECK(nb_scalar_tensor(1, NULL))));
+    NBT_FAILS(nb_optim_load_state_dict(o, m, "opt/") != NB_OK, NB_ERR_FORMAT, "opt/state.1.step",
+              "names no parameter", NULL);
+    nb_tensor_map_free(m);
+
+    m = adam_state(p, true); /* amsgrad's state into a plain Adam */
+    NBT_FAILS(nb_optim_load_state_dict(o, m, "opt/") != NB_OK, NB_ERR_INVALID_ARG, "opt/param_groups.0.amsgrad", NULL);
+    nb_tensor_map_free(m);
+
+    /* a step count without its buffers: build the map by hand */
+    m = NBT_CHECK(nb_tensor_map_create());
+    const char *hyper[] = {"lr", "eps", "weight_decay", "amsgrad"};
+    for (int i = 0; i < 4; i++) {
+        char k[64];
+        snprintf(k, sizeof k, "param_groups.0.%s", hyper[i]);
+        NBT_OK(nb_tensor_map_set(m, k, NBT_CHECK(nb_scalar_tensor(i == 0 ? 1e-3 : 0, NULL))));
+    }
+    NBT_FAILS(nb_optim_load_state_dict(o, m, NULL) != NB_OK, NB_ERR_FORMAT, "missing entry", "param_groups.0.betas", NULL);
+    NBT_OK(nb_tensor_map_set(m, "param_groups.0.betas", NBT_CHECK(nb_zeros((int64_t[]){3}, 1, NULL))));
+    NBT_FAILS(nb_optim_load_state_dict(o, m, NULL) != NB_OK, NB_ERR_SHAPE, "param_groups.0.betas", "3 values", NULL);
+    NBT_OK(nb_tensor_map_set(m, "param_groups.0.betas", NBT_CHECK(nb_full((int64_t[]){2}, 1, 0.5, NULL))));
+    NBT_OK(nb_tensor_map_set(m, "state.0.step", NBT_CHECK(nb_scalar_tensor(2, NULL))));
+    NBT_FAILS(nb_optim_load_state_dict(o, m, NULL) != NB_OK, NB_ERR_FORMAT, "missing entry", "state.0.exp_avg", NULL);
+    nb_tensor_map_free(m);
+
+    nb_optim *s = NBT_CHECK(nb_optim_sgd(&p, 1, NULL));
+    NBT_FAILS(nb_optim_load_state_dict(s, good, "opt/") != NB_OK, NB_ERR_INVALID_ARG, "adam optimizer", "sgd", NULL);
+    NBT_FAILS(nb_optim_load_state_dict(o, NULL, "opt/") != NB_OK, NB_ERR_INVALID_ARG, "map is NULL", NULL);
+    /* a failed load changed nothing: the good map still loads, and the lr comes from it */
+    NBT_OK(nb_optim_set_lr(o, 0.25));
+    NBT_OK(nb_optim_load_state_dict(o, good, "opt/"));
+    assert_true(nb_optim_get_lr(o) == 1e-3);
+    nb_tensor_map_free(good);
+    nb_optim_free(s);
+    nb_optim_free(o);
+    nb_scope_end(sc);
+}
+
+static int load_ref(void **state)
+{
+    g_ref = nbt_load_ref("optim");
+    return g_ref ? 0 : -1;
+}
+
+static int free_ref(void **state)
+{
+    nb_tensor_map_free(g_ref);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_optim_reference), cmocka_unit_test(test_sched_reference),
+        cmocka_unit_test(test_onecycle_past_end), cmocka_unit_test(test_clip_reference),
+        cmocka_unit_test(test_clip_edge_cases), cmocka_unit_test(test_state_roundtrip),
+        cmocka_unit_test(test_sched_state), cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_zero_grad_and_refs), cmocka_unit_test(test_bad_state_dicts),
+    };
+    return cmocka_run_group_tests(tests, load_ref, free_ref);
+}
