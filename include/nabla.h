@@ -11,5 +11,6 @@
 #include "nabla/loss.h"
 #include "nabla/data.h"
 #include "nabla/optim.h"
+#include "nabla/nn.h"
 
 #endif

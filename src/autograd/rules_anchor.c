@@ -10,9 +10,10 @@ nb_status nb__bw_SUM(nb_node *, nb_tensor *, nb_tensor **);     /* rules_reduce.
 nb_status nb__bw_BMM(nb_node *, nb_tensor *, nb_tensor **);     /* rules_linalg.c */
 nb_status nb__bw_CAT(nb_node *, nb_tensor *, nb_tensor **);     /* rules_index.c */
 nb_status nb__bw_BERNOULLI(nb_node *, nb_tensor *, nb_tensor **); /* rules_random.c */
+nb_status nb__bw_CONV2D(nb_node *, nb_tensor *, nb_tensor **);  /* rules_nn.c */
 
 const void *const nb__rules_anchor[] = {
     (const void *)nb__bw_VIEW, (const void *)nb__bw_ADD, (const void *)nb__bw_EXP,
     (const void *)nb__bw_SUM,  (const void *)nb__bw_BMM, (const void *)nb__bw_CAT,
-    (const void *)nb__bw_BERNOULLI,
+    (const void *)nb__bw_BERNOULLI, (const void *)nb__bw_CONV2D,
 };

@@ -16,6 +16,9 @@ FAMILY(cumsum)
 FAMILY(gemm)
 FAMILY(index)
 FAMILY(sort)
+FAMILY(conv)
+FAMILY(pool)
+FAMILY(batchnorm)
 #undef FAMILY
 
 static int cpu_count(void) { return 1; }
@@ -47,6 +50,9 @@ nb_status nb_cpu_memory_stats(int index, nb_memory_stats *out);
 #define gemm nb_cpu_k_gemm
 #define index nb_cpu_k_index
 #define sort nb_cpu_k_sort
+#define conv nb_cpu_k_conv
+#define pool nb_cpu_k_pool
+#define batchnorm nb_cpu_k_batchnorm
 
 const nb_backend nb__cpu_backend = {
     .name = "cpu",

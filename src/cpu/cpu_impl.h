@@ -54,6 +54,9 @@ nb_status nb_cpu_k_cumsum(nb_op op, const nb_kargs *a);
 nb_status nb_cpu_k_gemm(nb_op op, const nb_kargs *a);
 nb_status nb_cpu_k_index(nb_op op, const nb_kargs *a);
 nb_status nb_cpu_k_sort(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_conv(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a);
 /* The fused activation backward ops of the binary family (activation_backward.c). */
 nb_status nb_cpu_activation_backward(nb_op op, const nb_kargs *a);
 

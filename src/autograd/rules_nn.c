@@ -1,0 +1,97 @@
+/* Backward rules of the layers in src/ops/nn_*.c. Each runs the layer's backward kernel(s) on a
+ * contiguous upstream gradient. conv2d: saved x (0) and weight (1), parameters in i0/i1; the
+ * input gradient is one CONV2D_BACKWARD_INPUT, weight and bias gradients one
+ * CONV2D_BACKWARD_WEIGHT. max_pool2d: saved indices (0). avg pools: no saved tensors (the input's
+ * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2); one
+ * BATCH_NORM_BACKWARD gives the input gradient and both parameter gradients. */
+#include "autograd/autograd_impl.h"
+
+/* A new tensor shaped like input i of node, filled by kernel op from k (out set here). */
+static nb_tensor *grad_like_input(nb_node *node, int i, nb_op op, nb_kargs *k)
+{
+    const nb_edge *e = &node->next[i];
+    nb_tensor *out = nb__tensor_new(e->shape, e->ndim, e->dtype, e->device);
+    if (!out) return NULL;
+    k->out = out;
+    if (nb__dispatch(op, k) != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return nb__track(out);
+}
+
+nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    nb_tensor *x = nb__node_saved(node, 0), *w = nb__node_saved(node, 1), *gc = nb_contiguous(g);
+    if (!x || !w || !gc) return nb_last_status();
+    if (nb__edge_needs_grad(node, 0)) {
+        nb_kargs k = {.in = {gc, w}, .i0 = node->i0, .i1 = node->i1};
+        if (!(grad_in[0] = grad_like_input(node, 0, NB_OP_CONV2D_BACKWARD_INPUT, &k))) return nb_last_status();
+    }
+    bool gw_needed = nb__edge_needs_grad(node, 1), gb_needed = node->n_inputs > 2 && nb__edge_needs_grad(node, 2);
+    if (!gw_needed && !gb_needed) return NB_OK;
+    nb_device dev = x->storage->device;
+    nb_tensor *gw = nb__tensor_new(w->shape, 4, w->dtype, dev);
+    nb_tensor *gb = gb_needed ? nb__tensor_new(w->shape, 1, w->dtype, dev) : NULL;
+    nb_status st = gw && (gb || !gb_needed) ? NB_OK : nb_last_status();
+    nb_kargs k = {.out = gw, .out2 = gb, .in = {gc, x}, .i0 = node->i0, .i1 = node->i1};
+    if (st == NB_OK) st = nb__dispatch(NB_OP_CONV2D_BACKWARD_WEIGHT, &k);
+    if (st != NB_OK) {
+        nb__release(gw);
+        nb__release(gb);
+        return st;
+    }
+    if (gw_needed) grad_in[1] = nb__track(gw);
+    else nb__release(gw);
+    if (gb) grad_in[2] = nb__track(gb);
+    return NB_OK;
+}
+
+nb_status nb__bw_MAX_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    nb_tensor *idx = nb__node_saved(node, 0), *gc = nb_contiguous(g);
+    if (!idx || !gc) return nb_last_status();
+    nb_kargs k = {.in = {gc, idx}, .i0 = node->i0, .i1 = node->i1};
+    grad_in[0] = grad_like_input(node, 0, NB_OP_MAX_POOL2D_BACKWARD, &k);
+    return grad_in[0] ? NB_OK : nb_last_status();
+}
+
+nb_status nb__bw_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    nb_tensor *gc = nb_contiguous(g);
+    if (!gc) return nb_last_status();
+    nb_kargs k = {.in = {gc}, .i0 = node->i0, .i1 = node->i1, .flag = node->flag};
+    grad_in[0] = grad_like_input(node, 0, NB_OP_AVG_POOL2D_BACKWARD, &k);
+    return grad_in[0] ? NB_OK : nb_last_status();
+}
+
+nb_status nb__bw_ADAPTIVE_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    nb_tensor *gc = nb_contiguous(g);
+    if (!gc) return nb_last_status();
+    nb_kargs k = {.in = {gc}};
+    grad_in[0] = grad_like_input(node, 0, NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &k);
+    return grad_in[0] ? NB_OK : nb_last_status();
+}
+
+nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
+{
+    nb_tensor *x = nb__node_saved(node, 0), *w = node->i0 ? nb__node_saved(node, 1) : NULL;
+    nb_tensor *stats = nb__node_saved(node, 2), *gc = nb_contiguous(g);
+    if (!x || (node->i0 && !w) || !stats || !gc) return nb_last_status();
+    int64_t c = x->shape[1], row[2] = {1, c};
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = x->dtype;
+    tp.device = x->storage->device;
+    nb_tensor *wrow = w ? nb_reshape(w, row, 2) : nb_ones(row, 2, &tp);
+    nb_tensor *aux = wrow ? nb_cat((nb_tensor *[]){stats, wrow}, 2, 0) : NULL;
+    nb_tensor *gwb = aux ? nb_empty((int64_t[]){2, c}, 2, &tp) : NULL;
+    nb_tensor *gx = gwb && nb__edge_needs_grad(node, 0) ? nb_empty(x->shape, x->ndim, &tp) : NULL;
+    if (!gwb || (nb__edge_needs_grad(node, 0) && !gx)) return nb_last_status();
+    nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, aux}, .s0 = node->s0, .flag = node->flag};
+    NB_TRY(nb__dispatch(NB_OP_BATCH_NORM_BACKWARD, &k));
+    grad_in[0] = gx;
+    if (nb__edge_needs_grad(node, 1) && !(grad_in[1] = nb_select(gwb, 0, 0))) return nb_last_status();
+    if (nb__edge_needs_grad(node, 2) && !(grad_in[2] = nb_select(gwb, 0, 1))) return nb_last_status();
+    return NB_OK;
+}

@@ -1,0 +1,36 @@
+/* Internal: the CPU's oneDNN context (one engine, one stream, a primitive cache) and the
+ * convolution primitives the conv kernel family runs on float32. */
+#ifndef NB_DNNL_IMPL_H
+#define NB_DNNL_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nabla/core.h"
+
+/* One 2-D convolution's geometry (NCHW input, OIHW weight, PyTorch's parameters). */
+typedef struct nb_conv_geom {
+    int64_t n, c, h, w;     /* input */
+    int64_t oc, kh, kw;     /* weight [oc, c / groups, kh, kw] */
+    int64_t oh, ow;         /* output */
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} nb_conv_geom;
+
+/* Whether the conv kernels use oneDNN for float32 (default true). Tests switch it off to run the
+ * reference loops on the same float32 data. Process-wide; not meant to be flipped while other
+ * threads run convolutions. */
+bool nb__dnnl_enabled(void);
+void nb__dnnl_set_enabled(bool on);
+
+/* Turns a failing oneDNN status into an nb status naming op and the call (NB_OK on success). */
+nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
+
+/* float32 convolution through cached oneDNN primitives; all buffers dense NCHW / OIHW.
+ * b and gb may be NULL (no bias). */
+nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b,
+                                float *y);
+nb_status nb__dnnl_conv_backward_data(const nb_conv_geom *g, const float *gy, const float *w, float *gx);
+nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw,
+                                         float *gb);
+
+#endif

@@ -1,0 +1,152 @@
+/* The conv kernel family: 2-D convolution forward and its input and weight gradients (NCHW,
+ * contiguous operands, PyTorch's stride/padding/dilation/groups; parameters packed as ops.def
+ * says). float32 runs on oneDNN (src/cpu/dnnl.c) with the bias fused into the forward primitive;
+ * float64, and float32 when oneDNN is switched off, run the reference loops below, which the
+ * oneDNN path is tested against. */
+#include <string.h>
+
+#include "cpu/cpu_impl.h"
+#include "cpu/dnnl_impl.h"
+
+static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0, int64_t i1)
+{
+    nb_conv_geom g = {
+        .n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+        .oc = w->shape[0], .kh = w->shape[2], .kw = w->shape[3], .oh = y->shape[2], .ow = y->shape[3],
+        .sh = i0 & 0xffff, .sw = (i0 >> 16) & 0xffff, .ph = (i0 >> 32) & 0xffff, .pw = (i0 >> 48) & 0xffff,
+        .dh = i1 & 0xffff, .dw = (i1 >> 16) & 0xffff, .groups = i1 >> 32,
+    };
+    return g;
+}
+
+/* Visits every (output position, kernel tap) pair of image n, output channel o, with the input
+ * position it reads: BODY sees oi (output index in the plane), ii (input index in the plane),
+ * ci (input channel within the group) and wi (weight index of the tap). */
+#define FOR_TAPS(g, BODY)                                                                          \
+    for (int64_t oy = 0; oy < (g)->oh; oy++)                                                       \
+        for (int64_t ox = 0; ox < (g)->ow; ox++)                                                   \
+            for (int64_t ci = 0; ci < cg; ci++)                                                    \
+                for (int64_t ky = 0; ky < (g)->kh; ky++) {                                         \
+                    int64_t iy = oy * (g)->sh - (g)->ph + ky * (g)->dh;                            \
+                    if (iy < 0 || iy >= (g)->h) continue;                                          \
+                    for (int64_t kx = 0; kx < (g)->kw; kx++) {                                     \
+                        int64_t ix = ox * (g)->sw - (g)->pw + kx * (g)->dw;                        \
+                        if (ix < 0 || ix >= (g)->w) continue;                                      \
+                        int64_t oi = oy * (g)->ow + ox, ii = ci * (g)->h * (g)->w + iy * (g)->w + ix; \
+                        int64_t wi = (ci * (g)->kh + ky) * (g)->kw + kx;                           \
+                        BODY;                                                                      \
+                    }                                                                              \
+                }
+
+/* Plane (n, o): its input block (the group's channels of image n) and its weight block. */
+#define PLANE_SETUP(g)                                                                             \
+    int64_t cg = (g)->c / (g)->groups, og = (g)->oc / (g)->groups, grp = o / og;                   \
+    int64_t plane = (g)->oh * (g)->ow, in_plane = (g)->h * (g)->w;                                 \
+    (void)plane;                                                                                   \
+    int64_t xoff = (n * (g)->c + grp * cg) * in_plane, woff = o * cg * (g)->kh * (g)->kw;         \
+    int64_t yoff = (n * (g)->oc + o) * plane
+
+#define REF_FORWARD(T)                                                                             \
+    static void ref_forward_##T(const nb_conv_geom *g, const T *x, const T *w, const T *b, T *y)  \
+    {                                                                                              \
+        int64_t work = g->n * g->oc * g->oh * g->ow * (g->c / g->groups) * g->kh * g->kw;         \
+        _Pragma("omp parallel for collapse(2) num_threads(nb_cpu_threads_for(work, NB_CPU_GRAIN))") \
+        for (int64_t n = 0; n < g->n; n++)                                                         \
+            for (int64_t o = 0; o < g->oc; o++) {                                                  \
+                PLANE_SETUP(g);                                                                    \
+                T *yp = y + yoff;                                                                  \
+                for (int64_t i = 0; i < plane; i++) yp[i] = b ? b[o] : 0;                          \
+                FOR_TAPS(g, yp[oi] += x[xoff + ii] * w[woff + wi])                                 \
+            }                                                                                      \
+    }
+
+/* The input gradient: images are independent, so each thread owns whole images. */
+#define REF_BACKWARD_DATA(T)                                                                       \
+    static void ref_backward_data_##T(const nb_conv_geom *g, const T *gy, const T *w, T *gx)      \
+    {                                                                                              \
+        int64_t work = g->n * g->oc * g->oh * g->ow * (g->c / g->groups) * g->kh * g->kw;         \
+        memset(gx, 0, (size_t)(g->n * g->c * g->h * g->w) * sizeof(T));                           \
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(work, NB_CPU_GRAIN))")             \
+        for (int64_t n = 0; n < g->n; n++)                                                         \
+            for (int64_t o = 0; o < g->oc; o++) {                                                  \
+                PLANE_SETUP(g);                                                                    \
+                FOR_TAPS(g, gx[xoff + ii] += gy[yoff + oi] * w[woff + wi])                         \
+            }                                                                                      \
+    }
+
+/* The weight (and bias) gradient: each thread owns whole output channels. */
+#define REF_BACKWARD_WEIGHTS(T)                                                                    \
+    static void ref_backward_weights_##T(const nb_conv_geom *g, const T *gy, const T *x, T *gw, T *gb) \
+    {                                                                                              \
+        int64_t work = g->n * g->oc * g->oh * g->ow * (g->c / g->groups) * g->kh * g->kw;         \
+        memset(gw, 0, (size_t)(g->oc * (g->c / g->groups) * g->kh * g->kw) * sizeof(T));         \
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(work, NB_CPU_GRAIN))")             \
+        for (int64_t o = 0; o < g->oc; o++) {                                                      \
+            T bsum = 0;                                                                            \
+            for (int64_t n = 0; n < g->n; n++) {                                                   \
+                PLANE_SETUP(g);                                                                    \
+                for (int64_t i = 0; i < plane; i++) bsum += gy[yoff + i];                          \
+                FOR_TAPS(g, gw[woff + wi] += gy[yoff + oi] * x[xoff + ii])                         \
+            }                                                                                      \
+            if (gb) gb[o] = bsum;                                                                  \
+        }                                                                                          \
+    }
+
+REF_FORWARD(float)
+REF_FORWARD(double)
+REF_BACKWARD_DATA(float)
+REF_BACKWARD_DATA(double)
+REF_BACKWARD_WEIGHTS(float)
+REF_BACKWARD_WEIGHTS(double)
+
+static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
+
+static nb_status forward(const nb_kargs *a)
+{
+    nb_conv_geom g = geom(a->in[0], a->in[1], a->out, a->i0, a->i1);
+    if (a->out->dtype == NB_FLOAT64) {
+        ref_forward_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+        return NB_OK;
+    }
+    if (nb__dnnl_enabled()) return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+    ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+    return NB_OK;
+}
+
+static nb_status backward_data(const nb_kargs *a)
+{
+    nb_conv_geom g = geom(a->out, a->in[1], a->in[0], a->i0, a->i1);
+    if (a->out->dtype == NB_FLOAT64) {
+        ref_backward_data_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+        return NB_OK;
+    }
+    if (nb__dnnl_enabled()) return nb__dnnl_conv_backward_data(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+    ref_backward_data_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+    return NB_OK;
+}
+
+static nb_status backward_weights(const nb_kargs *a)
+{
+    nb_conv_geom g = geom(a->in[1], a->out, a->in[0], a->i0, a->i1);
+    if (a->out->dtype == NB_FLOAT64) {
+        ref_backward_weights_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+        return NB_OK;
+    }
+    if (nb__dnnl_enabled())
+        return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    ref_backward_weights_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    return NB_OK;
+}
+
+nb_status nb_cpu_k_conv(nb_op op, const nb_kargs *a)
+{
+    if (a->out->dtype != NB_FLOAT32 && a->out->dtype != NB_FLOAT64)
+        return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
+                       nb_dtype_name(a->out->dtype));
+    switch (op) {
+    case NB_OP_CONV2D: return forward(a);
+    case NB_OP_CONV2D_BACKWARD_INPUT: return backward_data(a);
+    case NB_OP_CONV2D_BACKWARD_WEIGHT: return backward_weights(a);
+    default: return nb__err(NB_ERR_INTERNAL, "conv: op %s is not in this family", nb__op_name(op));
+    }
+}

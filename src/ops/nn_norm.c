@@ -1,0 +1,113 @@
+/* batch_norm's entry point: one BATCH_NORM kernel call (statistics and normalisation), a node
+ * saving x (0), weight (1) and the [2, C] statistics used (2; mean, biased var), eps in s0,
+ * training in flag, whether there is a weight in i0. The running statistics are updated in place
+ * with grad mode off. Rule in src/autograd/rules_nn.c. */
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+#include "nabla/nn.h"
+
+#define SHAPE(t) nb__shape_str((t)->shape, (t)->ndim, (char[NB_SHAPE_STR_MAX]){0})
+
+static nb_status check_param(const nb_tensor *x, const nb_tensor *t, const char *name)
+{
+    if (!t) return NB_OK;
+    if (t->dtype != x->dtype)
+        return nb__err(NB_ERR_DTYPE, "batch_norm: %s has dtype %s but input has %s", name, nb_dtype_name(t->dtype),
+                       nb_dtype_name(x->dtype));
+    if (t->ndim != 1 || t->shape[0] != x->shape[1])
+        return nb__err(NB_ERR_SHAPE, "batch_norm: %s %s does not match the input's %lld channels (input %s)", name,
+                       SHAPE(t), (long long)x->shape[1], SHAPE(x));
+    return NB_OK;
+}
+
+static nb_status check_args(const nb_tensor *x, const nb_tensor *rm, const nb_tensor *rv, const nb_tensor *w,
+                            const nb_tensor *b, bool training)
+{
+    if (!x) return nb__err(NB_ERR_INVALID_ARG, "batch_norm: input must not be NULL");
+    const nb_tensor *all[5] = {x};
+    int n = 1;
+    const nb_tensor *opt[4] = {rm, rv, w, b};
+    for (int i = 0; i < 4; i++)
+        if (opt[i]) all[n++] = opt[i];
+    NB_TRY(nb__check_inputs("batch_norm", all, n));
+    if (x->dtype != NB_FLOAT32 && x->dtype != NB_FLOAT64)
+        return nb__err(NB_ERR_DTYPE, "batch_norm: dtype %s is not supported (float32/float64 only)",
+                       nb_dtype_name(x->dtype));
+    if (x->ndim < 2) return nb__err(NB_ERR_SHAPE, "batch_norm: expected an input of 2 or more dims (got %s)", SHAPE(x));
+    NB_TRY(check_param(x, rm, "running_mean"));
+    NB_TRY(check_param(x, rv, "running_var"));
+    NB_TRY(check_param(x, w, "weight"));
+    NB_TRY(check_param(x, b, "bias"));
+    if (!training && (!rm || !rv))
+        return nb__err(NB_ERR_INVALID_ARG, "batch_norm: evaluation needs running_mean and running_var");
+    if (training && (!rm) != (!rv))
+        return nb__err(NB_ERR_INVALID_ARG, "batch_norm: give both running_mean and running_var, or neither");
+    if (training && nb__numel(x->shape, x->ndim) / x->shape[1] <= 1)
+        return nb__err(NB_ERR_SHAPE, "batch_norm: expected more than 1 value per channel when training (input %s)",
+                       SHAPE(x));
+    return NB_OK;
+}
+
+/* r = (1 - m) r + scale * m * stat, with grad mode off (stat: a row of the [2, C] stats). */
+static nb_status update_running(nb_tensor *r, const nb_tensor *stat, double m, double scale)
+{
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *add = nb_mul_scalar(stat, m * scale);
+    nb_status st = add ? nb_mul_scalar_(r, 1 - m) : nb_last_status();
+    if (st == NB_OK) st = nb_add_(r, add);
+    nb_set_grad_enabled(prev);
+    return st;
+}
+
+/* Contiguous validated operands: the kernel and the node. stats [2, C] is filled (training) or
+ * holds the running stats (evaluation). Caller-owned output. */
+static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, nb_tensor *stats, bool training,
+                         double eps)
+{
+    nb_tensor *out = nb__tensor_new_named("batch_norm", x->shape, x->ndim, x->dtype, x->storage->device);
+    if (!out) return NULL;
+    nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b}, .s0 = eps, .flag = training};
+    nb_status st = nb__dispatch(NB_OP_BATCH_NORM, &k);
+    nb_node *node = NULL;
+    if (st == NB_OK) {
+        const nb_tensor *in[3] = {x, w, b}, *save[3] = {x, w, stats};
+        node = nb__record(NB_OP_BATCH_NORM, out, in, 3, save, 3, &st);
+    }
+    if (st != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    if (node) node->s0 = eps, node->flag = training, node->i0 = w != NULL;
+    return out;
+}
+
+nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var, const nb_tensor *weight,
+                         const nb_tensor *bias, bool training, double momentum, double eps)
+{
+    if (check_args(x, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
+    int64_t c = x->shape[1];
+    nb_scope *s = nb_scope_begin();
+    if (!s) return NULL;
+    nb_tensor *xc = nb_contiguous(x), *wc = weight ? nb_contiguous(weight) : NULL;
+    nb_tensor *bc = bias ? nb_contiguous(bias) : NULL, *y = NULL;
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = x->dtype;
+    tp.device = x->storage->device;
+    nb_tensor *stats = nb_empty((int64_t[]){2, c}, 2, &tp);
+    nb_tensor *mean = stats ? nb_select(stats, 0, 0) : NULL, *var = mean ? nb_select(stats, 0, 1) : NULL;
+    bool ok = xc && (wc || !weight) && (bc || !bias) && var;
+    if (ok && !training) {
+        nb_kargs k0 = {.out = mean, .in = {running_mean}}, k1 = {.out = var, .in = {running_var}};
+        ok = nb__dispatch(NB_OP_COPY, &k0) == NB_OK && nb__dispatch(NB_OP_COPY, &k1) == NB_OK;
+    }
+    nb_tensor *out = ok ? bn_run(xc, wc, bc, stats, training, eps) : NULL;
+    if (out) y = nb__track(out);
+    if (y && training && running_mean) {
+        double count = (double)(nb__numel(x->shape, x->ndim) / c);
+        if (update_running(running_mean, mean, momentum, 1) != NB_OK ||
+            update_running(running_var, var, momentum, count / (count - 1)) != NB_OK)
+            y = NULL;
+    }
+    return nb_scope_end_keep(s, y);
+}

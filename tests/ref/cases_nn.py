@@ -1,0 +1,107 @@
+"""Reference values for tests/test_nn_conv.c: conv2d, max_pool2d, avg_pool2d,
+adaptive_avg_pool2d and batch_norm (torch.nn.functional).
+
+Each case <name>/<dtype> holds:
+  op      int64 [1]: 0 conv2d, 1 max_pool2d, 2 avg_pool2d, 3 adaptive_avg_pool2d, 4 batch_norm
+  params  int64: conv2d [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups];
+          pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad];
+          adaptive [out_h, out_w]; batch_norm [training]
+  scalars float64 [momentum, eps] (batch_norm)
+  in0.. inputs (conv2d: x, weight, bias when present; batch_norm: x, weight, bias),
+  rm, rv  batch_norm's running stats before the call; rm_out, rv_out after it
+  gout the upstream gradient, out the output, grad0.. the inputs' gradients
+Every case comes in f32 and f64, computed by PyTorch in that dtype.
+"""
+import torch
+import torch.nn.functional as F
+
+CONV, MAXP, AVGP, ADAPT, BN = range(5)
+
+
+def _store(t, name, op, params, inputs, out, scalars=None):
+    t[f"{name}/op"] = torch.tensor([op], dtype=torch.int64)
+    t[f"{name}/params"] = torch.tensor(params, dtype=torch.int64)
+    if scalars is not None:
+        t[f"{name}/scalars"] = torch.tensor(scalars, dtype=torch.float64)
+    for i, x in enumerate(inputs):
+        t[f"{name}/in{i}"] = x.detach().clone()
+    t[f"{name}/out"] = out.detach()
+    gout = torch.randn(out.shape, dtype=out.dtype)
+    out.backward(gout)
+    t[f"{name}/gout"] = gout
+    for i, x in enumerate(inputs):
+        t[f"{name}/grad{i}"] = x.grad
+
+
+def _leaves(xs, dtype):
+    return [x.to(dtype).clone().requires_grad_(True) for x in xs]
+
+
+def _conv(t, name, x, w, b, stride, pad, dil, groups):
+    for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
+        ins = _leaves([x, w] + ([b] if b is not None else []), dt)
+        out = F.conv2d(ins[0], ins[1], ins[2] if b is not None else None, stride, pad, dil, groups)
+        _store(t, f"{name}/{sfx}", CONV, list(stride) + list(pad) + list(dil) + [groups], ins, out)
+
+
+def _pool(t, name, op, x, k, s, p, ceil, cip=True):
+    for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
+        (xi,) = _leaves([x], dt)
+        if op == MAXP:
+            out = F.max_pool2d(xi, k, s, p, ceil_mode=ceil)
+        else:
+            out = F.avg_pool2d(xi, k, s, p, ceil_mode=ceil, count_include_pad=cip)
+        _store(t, f"{name}/{sfx}", op, list(k) + list(s) + list(p) + [int(ceil), int(cip)], [xi], out)
+
+
+def _adapt(t, name, x, oh, ow):
+    for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
+        (xi,) = _leaves([x], dt)
+        out = F.adaptive_avg_pool2d(xi, (oh, ow))
+        _store(t, f"{name}/{sfx}", ADAPT, [oh, ow], [xi], out)
+
+
+def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True):
+    c = x.shape[1]
+    rm0, rv0 = torch.randn(c), torch.rand(c) + 0.5
+    wb = [torch.randn(c), torch.randn(c)] if affine else []
+    for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
+        ins = _leaves([x] + wb, dt)
+        rm, rv = rm0.to(dt).clone(), rv0.to(dt).clone()
+        t[f"{name}/{sfx}/rm"] = rm.clone()
+        t[f"{name}/{sfx}/rv"] = rv.clone()
+        w, b = (ins[1], ins[2]) if affine else (None, None)
+        out = F.batch_norm(ins[0], rm, rv, w, b, training, momentum, eps)
+        t[f"{name}/{sfx}/rm_out"] = rm
+        t[f"{name}/{sfx}/rv_out"] = rv
+        _store(t, f"{name}/{sfx}", BN, [int(training)], ins, out, [momentum, eps])
+
+
+def build():
+    t = {}
+    r = torch.randn
+    _conv(t, "conv_basic", r(2, 3, 7, 6), r(4, 3, 3, 3), r(4), (1, 1), (0, 0), (1, 1), 1)
+    _conv(t, "conv_nobias_pad", r(2, 3, 6, 6), r(5, 3, 3, 3), None, (1, 1), (1, 1), (1, 1), 1)
+    _conv(t, "conv_stride_pad", r(2, 4, 9, 8), r(6, 4, 3, 2), r(6), (2, 3), (1, 2), (1, 1), 1)
+    _conv(t, "conv_dilation", r(1, 2, 10, 9), r(3, 2, 3, 3), r(3), (1, 2), (2, 1), (2, 3), 1)
+    _conv(t, "conv_groups", r(2, 6, 8, 8), r(9, 2, 3, 3), r(9), (1, 1), (1, 1), (1, 1), 3)
+    _conv(t, "conv_depthwise", r(2, 4, 7, 7), r(4, 1, 5, 5), r(4), (2, 2), (2, 2), (1, 1), 4)
+    _conv(t, "conv_1x1", r(3, 8, 5, 5), r(16, 8, 1, 1), r(16), (1, 1), (0, 0), (1, 1), 1)
+    _conv(t, "conv_resnet", r(4, 16, 12, 12), r(16, 16, 3, 3), None, (1, 1), (1, 1), (1, 1), 1)
+    _pool(t, "max_2x2", MAXP, r(2, 3, 8, 8), (2, 2), (2, 2), (0, 0), False)
+    _pool(t, "max_3x3_s2_p1", MAXP, r(2, 3, 9, 7), (3, 3), (2, 2), (1, 1), False)
+    _pool(t, "max_ceil", MAXP, r(1, 2, 7, 8), (3, 2), (2, 3), (1, 0), True)
+    _pool(t, "avg_2x2", AVGP, r(2, 3, 8, 8), (2, 2), (2, 2), (0, 0), False)
+    _pool(t, "avg_pad_incl", AVGP, r(2, 3, 7, 6), (3, 3), (2, 2), (1, 1), False, True)
+    _pool(t, "avg_pad_excl", AVGP, r(2, 3, 7, 6), (3, 3), (2, 2), (1, 1), False, False)
+    _pool(t, "avg_ceil", AVGP, r(1, 2, 7, 8), (3, 2), (2, 3), (1, 1), True, True)
+    _pool(t, "avg_ceil_excl", AVGP, r(1, 2, 7, 8), (3, 2), (2, 3), (1, 1), True, False)
+    _adapt(t, "adapt_1x1", r(2, 3, 5, 7), 1, 1)
+    _adapt(t, "adapt_3x2", r(2, 3, 7, 5), 3, 2)
+    _adapt(t, "adapt_up", r(1, 2, 3, 4), 5, 6)
+    _bn(t, "bn_train_4d", r(4, 3, 5, 6) * 2 + 1, True)
+    _bn(t, "bn_eval_4d", r(4, 3, 5, 6), False)
+    _bn(t, "bn_train_2d", r(8, 5), True, momentum=0.3, eps=1e-3)
+    _bn(t, "bn_eval_3d", r(3, 4, 5), False, eps=1e-3)
+    _bn(t, "bn_train_noaffine", r(4, 3, 2, 2), True, affine=False)
+    return t
