@@ -12,5 +12,6 @@
 #include "nabla/data.h"
 #include "nabla/optim.h"
 #include "nabla/nn.h"
+#include "nabla/rnn.h"
 
 #endif

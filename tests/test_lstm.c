@@ -1,0 +1,284 @@
+/* Tests of the LSTM (nabla/rnn.h): torch.nn.LSTM's outputs, final states and gradients
+ * (tests/ref/cases_lstm.py: 1 and 2 layers, batch_first, with and without bias and initial
+ * states, a 24-step case) on contiguous and non-contiguous inputs, finite differences in float64,
+ * the initialisation helper, parameter names, and every error path.
+ *
+ * Tolerances: float32 rtol 1e-5 with atol 1e-6 (gradients summed over steps can cancel to values
+ * near 0); float64 rtol 1e-10, atol 1e-12. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbtest.h"
+#include "nabla/rnn.h" /* until nabla.h includes it */
+
+#define MAXW 8
+
+typedef struct lcase {
+    nb_lstm_params p;
+    int64_t in, layers;
+    int nw;
+    char names[MAXW][32];
+} lcase;
+
+static void read_case(const nb_tensor_map *m, const char *name, lcase *c)
+{
+    int64_t cfg[5];
+    NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(m, name, "config")), cfg, sizeof cfg));
+    c->p = nb_lstm_params_default();
+    c->in = cfg[0];
+    c->p.hidden_size = cfg[1];
+    c->layers = cfg[2];
+    c->p.batch_first = cfg[3] != 0;
+    c->p.bias = cfg[4] != 0;
+    c->nw = nb_lstm_num_weights((int)c->layers, &c->p);
+    assert_true(c->nw <= MAXW);
+    int per = c->p.bias ? 4 : 2;
+    for (int i = 0; i < c->nw; i++) assert_true(nb_lstm_weight_name(i / per, i % per, c->names[i], 32) > 0);
+}
+
+/* sum(out * gout) + sum(hn * ghn) + sum(cn * gcn): backward of it gives the gradients torch got. */
+static nb_tensor *weighted(nb_tensor *out, nb_tensor *hn, nb_tensor *cn, nb_tensor *go, nb_tensor *gh, nb_tensor *gc)
+{
+    nb_tensor *a = nb_sum(NBT_CHECK(nb_mul(out, go)), NULL, 0, false);
+    nb_tensor *b = nb_sum(NBT_CHECK(nb_mul(hn, gh)), NULL, 0, false);
+    nb_tensor *c = nb_sum(NBT_CHECK(nb_mul(cn, gc)), NULL, 0, false);
+    return NBT_CHECK(nb_add(NBT_CHECK(nb_add(NBT_CHECK(a), NBT_CHECK(b))), NBT_CHECK(c)));
+}
+
+static void check_grad(const nb_tensor *leaf, const nb_tensor *want, double rtol, double atol, const char *what)
+{
+    nb_tensor *g = nb_tensor_grad(leaf);
+    if (!g) fail_msg("%s: no gradient", what);
+    nbt_assert_close(g, want, rtol, atol, what);
+}
+
+static nb_tensor *prep(nb_tensor *t, bool noncontig)
+{
+    return t ? nbt_leaf(noncontig ? NBT_CHECK(nbt_noncontig(t)) : t) : NULL;
+}
+
+static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
+{
+    lcase c;
+    read_case(m, name, &c);
+    nb_tensor *x = prep(NBT_CHECK(nbt_ref(m, name, "x")), noncontig);
+    nb_tensor *h0 = prep(nbt_ref(m, name, "h0"), noncontig), *c0 = prep(nbt_ref(m, name, "c0"), noncontig);
+    nb_tensor *w[MAXW];
+    for (int i = 0; i < c.nw; i++) w[i] = prep(NBT_CHECK(nbt_ref(m, name, c.names[i])), noncontig);
+    nb_tensor *hn, *cn;
+    nb_tensor *out = NBT_CHECK(nb_lstm(x, h0, c0, w, c.nw, (int)c.layers, &c.p, &hn, &cn));
+    bool f32 = nb_tensor_dtype(x) == NB_FLOAT32;
+    double rtol = f32 ? 1e-5 : 1e-10, atol = f32 ? 1e-6 : 1e-12;
+    char what[160];
+    const char *lay = noncontig ? "noncontig" : "contig";
+    snprintf(what, sizeof what, "%s %s out", name, lay);
+    nbt_assert_close(out, nbt_ref(m, name, "out"), rtol, atol, what);
+    nbt_assert_close(hn, nbt_ref(m, name, "h_n"), rtol, atol, "h_n");
+    nbt_assert_close(cn, nbt_ref(m, name, "c_n"), rtol, atol, "c_n");
+    nb_tensor *loss = weighted(out, hn, cn, nbt_ref(m, name, "gout"), nbt_ref(m, name, "ghn"), nbt_ref(m, name, "gcn"));
+    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+    snprintf(what, sizeof what, "%s %s grad_x", name, lay);
+    check_grad(x, nbt_ref(m, name, "grad_x"), rtol, atol, what);
+    if (h0) check_grad(h0, nbt_ref(m, name, "grad_h0"), rtol, atol, "grad_h0");
+    if (c0) check_grad(c0, nbt_ref(m, name, "grad_c0"), rtol, atol, "grad_c0");
+    for (int i = 0; i < c.nw; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "grad_%s", c.names[i]);
+        snprintf(what, sizeof what, "%s %s %s", name, lay, key);
+        check_grad(w[i], NBT_CHECK(nbt_ref(m, name, key)), rtol, atol, what);
+    }
+}
+
+static void test_reference(void **state)
+{
+    (void)state;
+    nb_tensor_map *m = nbt_load_ref("lstm");
+    char **names;
+    int n = nbt_case_names(m, &names);
+    assert_true(n >= 14);
+    for (int i = 0; i < n; i++) {
+        for (int nc = 0; nc < 2; nc++) {
+            nb_scope *s = nb_scope_begin();
+            run_case(m, names[i], nc == 1);
+            nb_scope_end(s);
+        }
+    }
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+/* ---- finite differences ---------------------------------------------------------------------- */
+
+typedef struct fdctx {
+    nb_lstm_params p;
+    int layers, nw;
+} fdctx;
+
+/* inputs: x, h0, c0, weights...; output: out, h_n and c_n flattened and joined. */
+static nb_tensor *fd_fn(nb_tensor *const *in, int n, void *ctx)
+{
+    const fdctx *c = ctx;
+    assert_int_equal(n, 3 + c->nw);
+    nb_tensor *hn, *cn, *out = nb_lstm(in[0], in[1], in[2], in + 3, c->nw, c->layers, &c->p, &hn, &cn);
+    if (!out) return NULL;
+    nb_tensor *parts[3] = {nb_flatten(out, 0, -1), nb_flatten(hn, 0, -1), nb_flatten(cn, 0, -1)};
+    return nb_cat(parts, 3, 0);
+}
+
+/* nbt_gradcheck takes at most 8 inputs: one layer with bias, or two without (x, h0, c0 + 4). */
+static void gradcheck_case(int layers, bool bias, bool batch_first)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(7);
+    fdctx c = {.p = nb_lstm_params_default(), .layers = layers};
+    c.p.hidden_size = 3;
+    c.p.bias = bias;
+    c.p.batch_first = batch_first;
+    c.nw = nb_lstm_num_weights(c.layers, &c.p);
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = NB_FLOAT64;
+    nb_tensor *in[3 + MAXW];
+    int64_t T = 3, B = 2, I = 2, xs[3] = {batch_first ? B : T, batch_first ? T : B, I}, ss[3] = {layers, B, 3};
+    in[0] = NBT_CHECK(nb_randn(xs, 3, &tp));
+    in[1] = NBT_CHECK(nb_randn(ss, 3, &tp));
+    in[2] = NBT_CHECK(nb_randn(ss, 3, &tp));
+    NBT_OK(nb_lstm_init_weights(I, c.layers, &c.p, &tp, in + 3));
+    nbt_gradcheck(fd_fn, &c, in, 3 + c.nw, 1e-6, 1e-8, 1e-6, bias ? "lstm fd" : "lstm fd no bias");
+    nb_scope_end(s);
+}
+
+static void test_gradcheck(void **state)
+{
+    (void)state;
+    gradcheck_case(1, true, false);
+    gradcheck_case(2, false, true);
+}
+
+/* ---- init, names, no-grad ------------------------------------------------------------------ */
+
+static void test_init_and_names(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    char buf[32];
+    assert_int_equal(nb_lstm_weight_name(1, 2, buf, sizeof buf), 10);
+    assert_string_equal(buf, "bias_ih_l1");
+    nb_lstm_weight_name(0, 0, buf, sizeof buf);
+    assert_string_equal(buf, "weight_ih_l0");
+    nb_lstm_weight_name(3, 1, buf, sizeof buf);
+    assert_string_equal(buf, "weight_hh_l3");
+    NBT_FAILS(nb_lstm_weight_name(0, 4, buf, sizeof buf) < 0, NB_ERR_INVALID_ARG, "index 4", NULL);
+    nb_lstm_params p = nb_lstm_params_default();
+    assert_true(p.bias && !p.batch_first);
+    p.hidden_size = 20;
+    nb_tensor *w[MAXW], *w2[MAXW];
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.generator = NBT_CHECK(nb_generator_create(3));
+    NBT_OK(nb_lstm_init_weights(10, 2, &p, &tp, w));
+    int64_t want[8][2] = {{80, 10}, {80, 20}, {80, 0}, {80, 0}, {80, 20}, {80, 20}, {80, 0}, {80, 0}};
+    double k = 1.0 / sqrt(20.0);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(nb_tensor_ndim(w[i]), want[i][1] ? 2 : 1);
+        assert_int_equal(nb_tensor_shape(w[i])[0], 80);
+        if (want[i][1]) assert_int_equal(nb_tensor_shape(w[i])[1], want[i][1]);
+        assert_true(nb_tensor_requires_grad(w[i]) && nb_tensor_is_leaf(w[i]));
+        double mx, mn;
+        NBT_OK(nb_item(NBT_CHECK(nb_max(w[i])), &mx));
+        NBT_OK(nb_item(NBT_CHECK(nb_min(w[i])), &mn));
+        assert_true(mx < k && mn >= -k && mx > 0.8 * k && mn < -0.8 * k); /* spans the range */
+    }
+    nb_generator_manual_seed(tp.generator, 3); /* the same seed gives the same weights */
+    NBT_OK(nb_lstm_init_weights(10, 2, &p, &tp, w2));
+    for (int i = 0; i < 8; i++) nbt_assert_close(w2[i], w[i], 0, 0, "same seed");
+    nb_generator_free(tp.generator);
+    p.bias = false;
+    assert_int_equal(nb_lstm_num_weights(3, &p), 6);
+    NBT_FAILS(nb_lstm_init_weights(0, 1, &p, NULL, w) != NB_OK, NB_ERR_INVALID_ARG, "input 0", NULL);
+    assert_null(w[0]);
+    nb_scope_end(s);
+}
+
+/* Under no-grad the outputs are the same and record nothing. */
+static void test_no_grad(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(1);
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 4;
+    nb_tensor *w[MAXW], *hn;
+    NBT_OK(nb_lstm_init_weights(3, 2, &p, NULL, w));
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[3]){5, 2, 3}, 3, NULL));
+    nb_tensor *a = NBT_CHECK(nb_lstm(x, NULL, NULL, w, 8, 2, &p, NULL, NULL));
+    assert_true(nb_tensor_requires_grad(a));
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *b = NBT_CHECK(nb_lstm(x, NULL, NULL, w, 8, 2, &p, &hn, NULL));
+    nb_set_grad_enabled(prev);
+    assert_false(nb_tensor_requires_grad(b));
+    nbt_assert_close(b, a, 0, 0, "no-grad output");
+    /* the last step of the output is h_n's last layer */
+    nbt_assert_close(NBT_CHECK(nb_select(b, 0, 4)), NBT_CHECK(nb_select(hn, 0, 1)), 0, 0, "h_n");
+    nb_scope_end(s);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static void test_errors(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 4;
+    nb_tensor *w[MAXW], *hn = (nb_tensor *)1, *cn = (nb_tensor *)1;
+    NBT_OK(nb_lstm_init_weights(3, 2, &p, NULL, w));
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[3]){5, 2, 3}, 3, NULL));
+    nb_tensor *x5 = NBT_CHECK(nb_randn((int64_t[3]){5, 2, 5}, 3, NULL));
+    nb_tensor *h_bad = NBT_CHECK(nb_zeros((int64_t[3]){1, 2, 4}, 3, NULL));
+    nb_tensor *c_bad = NBT_CHECK(nb_zeros((int64_t[3]){2, 3, 4}, 3, NULL));
+    NBT_FAILS(nb_lstm(x5, NULL, NULL, w, 8, 2, &p, &hn, &cn) == NULL, NB_ERR_SHAPE, "weight_ih_l0", "[16, 3]",
+              "expected [16, 5]", NULL);
+    assert_null(hn);
+    assert_null(cn);
+    NBT_FAILS(nb_lstm(x, h_bad, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_SHAPE, "h0", "[1, 2, 4]",
+              "expected [2, 2, 4]", NULL);
+    NBT_FAILS(nb_lstm(x, NULL, c_bad, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_SHAPE, "c0", "[2, 3, 4]", NULL);
+    NBT_FAILS(nb_lstm(x, NULL, NULL, w, 6, 2, &p, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "expected 8 weights",
+              "2 layers with bias", "got 6", NULL);
+    NBT_FAILS(nb_lstm(x, NULL, NULL, w, 4, 1, &(nb_lstm_params){4, false, false}, NULL, NULL) == NULL,
+              NB_ERR_INVALID_ARG, "expected 2 weights", "without bias", "got 4", NULL);
+    /* layer 1's weight_ih must be [4H, H]: pass layer 0's weights twice with input size != H */
+    nb_tensor *ww[8] = {w[0], w[1], w[2], w[3], w[0], w[1], w[2], w[3]};
+    NBT_FAILS(nb_lstm(x, NULL, NULL, ww, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_SHAPE, "weight_ih_l1", "[16, 3]",
+              "expected [16, 4]", NULL);
+    nb_tensor *wn[8] = {w[0], w[1], NULL, w[3], w[4], w[5], w[6], w[7]};
+    NBT_FAILS(nb_lstm(x, NULL, NULL, wn, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "bias_ih_l0 is NULL",
+              NULL);
+    nb_tensor *x64 = NBT_CHECK(nb_to_dtype(x, NB_FLOAT64));
+    NBT_FAILS(nb_lstm(x64, NULL, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_DTYPE, "weight_ih_l0 is float32",
+              "input is float64", NULL);
+    nb_tensor *xi = NBT_CHECK(nb_zeros((int64_t[3]){5, 2, 3}, 3, &(nb_tensor_params){.dtype = NB_INT64}));
+    NBT_FAILS(nb_lstm(xi, NULL, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_DTYPE, "floating", "int64", NULL);
+    nb_tensor *x2 = NBT_CHECK(nb_randn((int64_t[2]){5, 3}, 2, NULL));
+    NBT_FAILS(nb_lstm(x2, NULL, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_SHAPE, "3-D", "[5, 3]", NULL);
+    nb_tensor *x0 = NBT_CHECK(nb_zeros((int64_t[3]){0, 2, 3}, 3, NULL));
+    NBT_FAILS(nb_lstm(x0, NULL, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_SHAPE, "[0, 2, 3]", NULL);
+    NBT_FAILS(nb_lstm(x, NULL, NULL, w, 8, 0, &p, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "num_layers", "got 0",
+              NULL);
+    nb_lstm_params p0 = nb_lstm_params_default();
+    NBT_FAILS(nb_lstm(x, NULL, NULL, w, 8, 2, &p0, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "hidden_size", "got 0",
+              NULL);
+    NBT_FAILS(nb_lstm(x, NULL, NULL, w, 8, 2, NULL, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "NULL params", NULL);
+    NBT_FAILS(nb_lstm(NULL, NULL, NULL, w, 8, 2, &p, NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "NULL input", NULL);
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference), cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_init_and_names),
+        cmocka_unit_test(test_no_grad),   cmocka_unit_test(test_errors),
+    };
+    return NBT_RUN(tests);
+}
