@@ -13,5 +13,6 @@
 #include "nabla/optim.h"
 #include "nabla/nn.h"
 #include "nabla/rnn.h"
+#include "nabla/module.h"
 
 #endif
