@@ -6,7 +6,10 @@
  * cases the same way and prints the same lines; bench/run_micro.sh puts the two side by side.
  *
  * Output, one CSV line per case after '#' comment lines:
- *   impl,op,size,threads,unit,median,min,max,reps
+ *   impl,op,size,threads,unit,median,min,max,reps,other_cpu
+ * other_cpu is how many CPUs other processes kept busy, on average, while the case ran (from
+ * /proc/stat less this process's own CPU time; -1 when unknown): on a shared machine it tells a
+ * clean figure from a disturbed one.
  * Rates: sgemm GFLOP/s (2 n^3 per run); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
  * plus output bytes); softmax GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
  * "nan" and the error on a '#' line, so a partial library still gives a table.
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +73,26 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds spent by every process (all CPUs, not idle) since boot, or -1. */
+static double machine_busy_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7])
+              : 0;
+    if (f) fclose(f);
+    if (n < 8) return -1.0;
+    long hz = sysconf(_SC_CLK_TCK);
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)(hz > 0 ? hz : 100);
+}
+
+static double own_cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -113,9 +137,10 @@ static double time_once(const bench_case *c, nb_tensor *a, nb_tensor *b) {
     return r ? t1 - t0 : -1.0;
 }
 
-static void print_result(const bench_case *c, int threads, double med, double lo, double hi, int reps) {
-    printf("nabla,%s,%s,%d,%s,%.4g,%.4g,%.4g,%d\n", c->op, c->size, threads,
-           c->kind == OP_MM ? "GFLOP/s" : "GB/s", med, lo, hi, reps);
+static void print_result(const bench_case *c, int threads, double med, double lo, double hi, int reps,
+                         double other) {
+    printf("nabla,%s,%s,%d,%s,%.4g,%.4g,%.4g,%d,%.2f\n", c->op, c->size, threads,
+           c->kind == OP_MM ? "GFLOP/s" : "GB/s", med, lo, hi, reps, other);
     fflush(stdout);
 }
 
@@ -128,6 +153,7 @@ static int bench_one(const bench_case *c, const options *o) {
     int ok = a && (b || !(c->kind == OP_MM || c->kind == OP_ADD || c->kind == OP_MUL));
     double *t = NULL;
     int reps = 0;
+    double busy0 = machine_busy_s(), own0 = own_cpu_s(), wall0 = now_s();
     if (ok) {
         double w0 = now_s(), last = 0.0;
         for (int i = 0; ok && (i < 2 || now_s() - w0 < o->warmup_s); i++) {
@@ -145,15 +171,19 @@ static int bench_one(const bench_case *c, const options *o) {
             ok = t[i] >= 0.0;
         }
     }
+    double busy1 = machine_busy_s(), wall = now_s() - wall0;
+    double other = busy0 < 0 || busy1 < 0 || wall <= 0 ? -1.0
+                                                       : (busy1 - busy0 - (own_cpu_s() - own0)) / wall;
+    if (other < 0 && other > -0.05) other = 0.0; /* clock-tick rounding */
     if (!ok) {
         printf("# nabla %s %s: %s\n", c->op, c->size, nb_last_error());
-        print_result(c, o->threads, NAN, NAN, NAN, 0);
+        print_result(c, o->threads, NAN, NAN, NAN, 0, other);
     } else {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
         double w = work_per_run(c) * 1e-9;
         /* the fastest run gives the highest rate */
-        print_result(c, o->threads, w / med, w / t[reps - 1], w / t[0], reps);
+        print_result(c, o->threads, w / med, w / t[reps - 1], w / t[0], reps, other);
     }
     free(t);
     nb_scope_end(outer);
@@ -178,7 +208,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nabla_micro [--threads N] [--ops sgemm,add,mul,sum_all,sum_lastdim,softmax]\n"
             "                   [--min-reps N] [--max-reps N] [--target-s S] [--warmup-s S]\n"
-            "Prints impl,op,size,threads,unit,median,min,max,reps per case (see bench/micro.c).\n");
+            "Prints impl,op,size,threads,unit,median,min,max,reps,other_cpu per case (bench/micro.c).\n");
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -220,7 +250,7 @@ int main(int argc, char **argv) {
         printf("# openblas %s, core %s, OPENBLAS_CORETYPE=%s\n", openblas_get_config(),
                openblas_get_corename ? openblas_get_corename() : "?",
                getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-    printf("impl,op,size,threads,unit,median,min,max,reps\n");
+    printf("impl,op,size,threads,unit,median,min,max,reps,other_cpu\n");
     nb_manual_seed(0);
     int failed = 0;
     for (int i = 0; i < N_CASES; i++)

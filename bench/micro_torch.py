@@ -4,7 +4,8 @@ Each case is warmed up (at least 2 runs and --warmup-s seconds), then timed over
 clamp(ceil(--target-s / last warm-up time), --min-reps, --max-reps) runs with
 clock_gettime(CLOCK_MONOTONIC); the result is released inside the timed run, as nabla_micro
 releases it with nb_scope_end. Prints the same CSV as nabla_micro:
-    impl,op,size,threads,unit,median,min,max,reps
+    impl,op,size,threads,unit,median,min,max,reps,other_cpu
+(other_cpu: CPUs kept busy by other processes while the case ran, as in bench/micro.c.)
 Run it with the PyPI PyTorch of .venv-bench (scripts/bench-env.sh), not Debian's python3-torch.
 """
 import argparse
@@ -47,6 +48,21 @@ def now():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC) * 1e-9
 
 
+def machine_busy_s():
+    """CPU seconds spent by every process (all CPUs, not idle) since boot, or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s():
+    t = os.times()
+    return t.user + t.system
+
+
 def work_per_run(shape, kind):
     """FLOPs for sgemm, bytes moved for the rest (as work_per_run in bench/micro.c)."""
     n = math.prod(shape)
@@ -72,6 +88,7 @@ def bench_one(op, size, shape, kind, args):
     fn = OPS[kind]
     a = torch.rand(shape, dtype=torch.float32)
     b = torch.rand(shape, dtype=torch.float32) if kind in ("mm", "add", "mul") else None
+    busy0, own0, wall0 = machine_busy_s(), own_cpu_s(), now()
     w0, i, last = now(), 0, 0.0
     while i < 2 or now() - w0 < args.warmup_s:
         last = time_once(fn, a, b)
@@ -80,9 +97,15 @@ def bench_one(op, size, shape, kind, args):
     reps = max(args.min_reps, min(args.max_reps, reps))
     t = sorted(time_once(fn, a, b) for _ in range(reps))
     med = t[reps // 2] if reps % 2 else 0.5 * (t[reps // 2 - 1] + t[reps // 2])
+    busy1, wall = machine_busy_s(), now() - wall0
+    other = -1.0
+    if busy0 is not None and busy1 is not None and wall > 0:
+        other = (busy1 - busy0 - (own_cpu_s() - own0)) / wall
+        if -0.05 < other < 0:
+            other = 0.0  # clock-tick rounding
     w = work_per_run(shape, kind) * 1e-9
     unit = "GFLOP/s" if kind == "mm" else "GB/s"
-    print(f"torch,{op},{size},{args.threads},{unit},{w / med:.4g},{w / t[-1]:.4g},{w / t[0]:.4g},{reps}",
+    print(f"torch,{op},{size},{args.threads},{unit},{w / med:.4g},{w / t[-1]:.4g},{w / t[0]:.4g},{reps},{other:.2f}",
           flush=True)
 
 
@@ -107,7 +130,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, {blas_info()}")
-    print("impl,op,size,threads,unit,median,min,max,reps", flush=True)
+    print("impl,op,size,threads,unit,median,min,max,reps,other_cpu", flush=True)
     wanted = set(args.ops.split(",")) if args.ops else None
     with torch.inference_mode():
         for op, size, shape, kind in CASES:
