@@ -14,5 +14,7 @@
 #include "nabla/nn.h"
 #include "nabla/rnn.h"
 #include "nabla/module.h"
+#include "nabla/layers.h"
+#include "nabla/models.h"
 
 #endif

@@ -1,0 +1,52 @@
+/* tools/cli_impl.h: shared parts of the `nabla` command (options, data, model, evaluation). */
+#ifndef NABLA_CLI_IMPL_H
+#define NABLA_CLI_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nabla.h"
+
+/* Exit codes: a usage error (bad flag, bad value, unknown model) and a runtime error. */
+enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
+
+#define CLI_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct cli_opts {
+    const char *model, *data, *data_dir, *optimizer, *device;
+    const char *save, *resume, *metrics, *load;
+    int64_t epochs, batch_size, limit, threads;
+    uint64_t seed;
+    double lr;          /* < 0: the optimizer's default */
+    bool seed_given;
+} cli_opts;
+
+/* Parses argv[first..argc) into o (starting from the defaults); `allowed` lists the flags this
+ * command takes, space-separated ("--model --data"). Prints a one-line error and returns
+ * CLI_USAGE on a bad flag or value, CLI_OK otherwise. */
+int cli_parse(int argc, char **argv, int first, const char *cmd, const char *allowed, cli_opts *o);
+/* Prints "nabla: " + the message + newline on stderr and returns code. */
+int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with nb_last_error() appended ("what: error"). */
+int cli_fail_nb(int code, const char *what);
+/* CLI_OK when name is in the model zoo, else a one-line error and CLI_USAGE. */
+int cli_check_model(const char *name);
+
+/* The train or test split of the --data set; limit > 0 keeps the first limit samples. */
+nb_dataset *cli_dataset(const cli_opts *o, bool train, int64_t limit);
+/* Loader parameters for the data set (normalisation of --data). */
+nb_data_loader_params cli_loader_params(const cli_opts *o, int64_t batch, bool shuffle, nb_device dev);
+/* A model for the data set's samples, initialised from seed. */
+nb_module *cli_model(const char *name, const nb_dataset *d, uint64_t seed, nb_device dev);
+/* Mean cross-entropy and accuracy of m over the test set d. */
+nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev, double *loss,
+                       double *acc);
+/* Loads the "model." entries of checkpoint map ck into m (strict). */
+nb_status cli_load_model(nb_module *m, const nb_tensor_map *ck);
+double cli_now(void);
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif

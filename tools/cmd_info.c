@@ -1,0 +1,42 @@
+/* tools/cmd_info.c: `nabla info`: version, backends, devices and threads. */
+#include <stdio.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "cli_impl.h"
+
+/* OpenBLAS's build description (declared here: its header's path differs between variants). */
+char *openblas_get_config(void);
+
+static const char *cpu_isa(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "AVX-512";
+    if (__builtin_cpu_supports("avx2")) return "AVX2";
+    if (__builtin_cpu_supports("avx")) return "AVX";
+    if (__builtin_cpu_supports("sse4.2")) return "SSE4.2";
+    return "baseline x86-64";
+}
+
+int cmd_info(int argc, char **argv)
+{
+    if (argc > 2) return cli_fail(CLI_USAGE, "info: unexpected argument \"%s\"", argv[2]);
+    const dnnl_version_t *dv = dnnl_version();
+    const char *blas = openblas_get_config();
+    printf("nabla %s\n", nb_version());
+    printf("backends:\n");
+    printf("  cpu isa:  %s (kernels dispatch on it at run time)\n", cpu_isa());
+    printf("  blas:     %s\n", blas ? blas : "OpenBLAS (unknown configuration)");
+    printf("  onednn:   %d.%d.%d%s%s\n", dv->major, dv->minor, dv->patch, dv->hash && strcmp(dv->hash, "N/A") ? " " : "",
+           dv->hash && strcmp(dv->hash, "N/A") ? dv->hash : "");
+    nb_status st = nb_device_check((nb_device){NB_DEVICE_CUDA, 0});
+    const char *err = st == NB_OK ? "" : nb_last_error();
+    bool built = st == NB_OK || !strstr(err, "without CUDA");
+    printf("  cuda:     %s\n", built ? "built" : "not built");
+    nb_clear_error();
+    printf("devices:\n  cpu\n");
+    for (int i = 0; i < nb_cuda_device_count(); i++) printf("  cuda:%d\n", i);
+    printf("threads: %d\n", nb_get_num_threads());
+    return CLI_OK;
+}

@@ -1,0 +1,242 @@
+/* tools/cmd_train.c: `nabla train`: trains a zoo model, with progress, metrics, checkpoints and
+ * resume. A checkpoint holds the model ("model.<name>"), the optimizer ("optim.<...>", see
+ * nabla/optim.h) and metadata (epoch = epochs done, model, seed, optimizer, data). Every random
+ * choice depends only on (seed, epoch): the loader's permutation, and the default generator
+ * (dropout) which is reseeded at each epoch's start, so a resumed run equals an uninterrupted one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_impl.h"
+
+typedef struct trainer {
+    cli_opts o;
+    nb_device dev;
+    nb_dataset *train, *test;
+    nb_module *m;
+    nb_optim *opt;
+    nb_data_loader *loader;
+    nb_tensor_map *ck; /* the --resume checkpoint */
+    int64_t start_epoch;
+    FILE *metrics;
+    bool tty;
+} trainer;
+
+static void trainer_free(trainer *t)
+{
+    nb_data_loader_free(t->loader);
+    nb_optim_free(t->opt);
+    nb_module_free(t->m);
+    nb_dataset_free(t->train);
+    nb_dataset_free(t->test);
+    nb_tensor_map_free(t->ck);
+    if (t->metrics) fclose(t->metrics);
+}
+
+static nb_optim *make_optim(trainer *t)
+{
+    int n = nb_module_parameters(t->m, NULL, 0);
+    nb_tensor **ps = n > 0 ? malloc((size_t)n * sizeof *ps) : NULL;
+    if (!ps) return NULL;
+    nb_module_parameters(t->m, ps, n);
+    nb_optim *opt = NULL;
+    if (!strcmp(t->o.optimizer, "sgd")) {
+        nb_sgd_params p = nb_sgd_params_default();
+        p.momentum = 0.9;
+        p.lr = t->o.lr >= 0 ? t->o.lr : 0.01;
+        opt = nb_optim_sgd(ps, n, &p);
+    } else {
+        bool w = !strcmp(t->o.optimizer, "adamw");
+        nb_adam_params p = w ? nb_adamw_params_default() : nb_adam_params_default();
+        if (t->o.lr >= 0) p.lr = t->o.lr;
+        opt = w ? nb_optim_adamw(ps, n, &p) : nb_optim_adam(ps, n, &p);
+    }
+    free(ps);
+    return opt;
+}
+
+/* Reads the --resume checkpoint's metadata: the epoch to start at, the seed and the optimizer. */
+static int read_resume(trainer *t)
+{
+    if (nb_safetensors_load(t->o.resume, nb_cpu(), &t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
+    const char *model = nb_tensor_map_metadata(t->ck, "model"), *epoch = nb_tensor_map_metadata(t->ck, "epoch");
+    const char *seed = nb_tensor_map_metadata(t->ck, "seed"), *opt = nb_tensor_map_metadata(t->ck, "optimizer");
+    if (!model || !epoch || !seed || !opt)
+        return cli_fail(CLI_RUNTIME, "train: %s is not a nabla training checkpoint (metadata missing)", t->o.resume);
+    if (strcmp(model, t->o.model) != 0)
+        return cli_fail(CLI_RUNTIME, "train: %s holds a \"%s\" model, not \"%s\"", t->o.resume, model, t->o.model);
+    uint64_t s = strtoull(seed, NULL, 10);
+    if (t->o.seed_given && s != t->o.seed)
+        return cli_fail(CLI_USAGE, "train: --seed %llu differs from the checkpoint's seed %llu",
+                        (unsigned long long)t->o.seed, (unsigned long long)s);
+    t->o.seed = s;
+    t->o.optimizer = opt;
+    t->start_epoch = strtoll(epoch, NULL, 10);
+    return CLI_OK;
+}
+
+static int setup(trainer *t)
+{
+    int rc = cli_check_model(t->o.model);
+    if (rc != CLI_OK) return rc;
+    if (nb_device_parse(t->o.device, &t->dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
+    if (t->o.threads > 0 && nb_set_num_threads((int)t->o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
+    if (t->o.resume && (rc = read_resume(t)) != CLI_OK) return rc;
+    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
+        return cli_fail(CLI_RUNTIME, "train: cannot open %s for writing", t->o.metrics);
+    if (!(t->train = cli_dataset(&t->o, true, t->o.limit)) || !(t->test = cli_dataset(&t->o, false, 0)))
+        return cli_fail_nb(CLI_RUNTIME, "train");
+    if (!(t->m = cli_model(t->o.model, t->train, t->o.seed, nb_cpu()))) return cli_fail_nb(CLI_RUNTIME, "train");
+    if (t->ck && cli_load_model(t->m, t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: resume");
+    if (nb_module_to(t->m, t->dev) != NB_OK || !(t->opt = make_optim(t))) return cli_fail_nb(CLI_RUNTIME, "train");
+    if (t->ck && nb_optim_load_state_dict(t->opt, t->ck, "optim.") != NB_OK)
+        return cli_fail_nb(CLI_RUNTIME, "train: resume");
+    nb_data_loader_params lp = cli_loader_params(&t->o, t->o.batch_size, true, t->dev);
+    if (!(t->loader = nb_data_loader_create(t->train, &lp))) return cli_fail_nb(CLI_RUNTIME, "train");
+    t->tty = isatty(STDOUT_FILENO);
+    return CLI_OK;
+}
+
+static void progress(const trainer *t, int64_t epoch, int64_t b, int64_t nb, double loss, double rate, double secs)
+{
+    double eta = rate > 0 ? (double)(nb - b) * (secs / (double)b) : 0;
+    if (t->tty) {
+        int width = 24, fill = (int)((double)width * (double)b / (double)nb);
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        printf("\repoch %lld [%s] %lld/%lld loss %.4f %.0f samples/s ETA %.0fs  ", (long long)epoch + 1, bar,
+               (long long)b, (long long)nb, loss, rate, eta);
+    } else {
+        printf("epoch %lld batch %lld/%lld loss %.4f %.0f samples/s ETA %.0fs\n", (long long)epoch + 1,
+               (long long)b, (long long)nb, loss, rate, eta);
+    }
+    fflush(stdout);
+}
+
+/* One training step on (x, y): adds the batch's mean loss to *sum. */
+static nb_status step(trainer *t, nb_tensor *x, nb_tensor *y, double *sum)
+{
+    nb_tensor *logits = nb_module_forward(t->m, x);
+    nb_tensor *loss = logits ? nb_cross_entropy(logits, y, NULL) : NULL;
+    double v = 0;
+    if (!loss || nb_backward(loss, NULL, 0) != NB_OK || nb_optim_step(t->opt) != NB_OK ||
+        nb_optim_zero_grad(t->opt) != NB_OK || nb_item(loss, &v) != NB_OK)
+        return nb_last_status();
+    *sum += v;
+    return NB_OK;
+}
+
+static nb_status train_epoch(trainer *t, int64_t epoch, double *loss, int64_t *samples)
+{
+    nb_manual_seed(t->o.seed * 1000003u + (uint64_t)epoch);
+    nb_status st = nb_data_loader_start_epoch(t->loader, epoch);
+    int64_t nbatch = nb_data_loader_len(t->loader), b = 0, every = nbatch / 10 > 0 ? nbatch / 10 : 1;
+    double sum = 0, t0 = cli_now(), last = 0;
+    nb_module_train(t->m, true);
+    *samples = 0;
+    for (bool done = false; st == NB_OK && !done;) {
+        nb_scope *s = nb_scope_begin();
+        nb_tensor *x = NULL, *y = NULL;
+        st = nb_data_loader_next(t->loader, &x, &y, &done);
+        if (st == NB_OK && !done) {
+            *samples += nb_tensor_shape(y)[0];
+            st = step(t, x, y, &sum);
+            b++;
+        }
+        nb_scope_end(s);
+        double el = cli_now() - t0;
+        if (st == NB_OK && !done && ((t->tty && el - last > 0.1) || (!t->tty && b % every == 0) || b == nbatch)) {
+            progress(t, epoch, b, nbatch, sum / (double)b, (double)*samples / el, el);
+            last = el;
+        }
+    }
+    if (t->tty) printf("\n");
+    *loss = b ? sum / (double)b : 0;
+    return st;
+}
+
+static nb_status save(trainer *t, int64_t epochs_done)
+{
+    nb_tensor_map *ck = nb_tensor_map_create(), *sd = nb_tensor_map_create();
+    nb_scope *s = nb_scope_begin();
+    nb_status st = ck && sd ? nb_module_state_dict(t->m, sd) : nb_last_status();
+    char name[1024], num[32];
+    for (int i = 0; st == NB_OK && i < nb_tensor_map_size(sd); i++) {
+        snprintf(name, sizeof name, "model.%s", nb_tensor_map_name(sd, i));
+        nb_tensor *v = nb_tensor_map_get(sd, nb_tensor_map_name(sd, i));
+        st = v ? nb_tensor_map_set(ck, name, v) : nb_last_status();
+    }
+    if (st == NB_OK) st = nb_optim_state_dict(t->opt, ck, "optim.");
+    snprintf(num, sizeof num, "%lld", (long long)epochs_done);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "epoch", num);
+    snprintf(num, sizeof num, "%llu", (unsigned long long)t->o.seed);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "seed", num);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "model", t->o.model);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "optimizer", t->o.optimizer);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "data", t->o.data);
+    if (st == NB_OK) st = nb_safetensors_save(ck, t->o.save);
+    nb_scope_end(s);
+    nb_tensor_map_free(sd);
+    nb_tensor_map_free(ck);
+    return st;
+}
+
+static void json_num(FILE *f, const char *key, double v, bool last)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.17g%s", key, v, last ? "" : ", ");
+    else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+static int run_epochs(trainer *t)
+{
+    for (int64_t e = t->start_epoch; e < t->o.epochs; e++) {
+        double t0 = cli_now(), loss = 0, tl = 0, acc = 0;
+        int64_t n = 0;
+        if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
+        double secs = cli_now() - t0, rate = secs > 0 ? (double)n / secs : 0;
+        if (cli_evaluate(t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
+        printf("epoch %lld/%lld train loss %.6f test loss %.6f accuracy %.6f (%.1f s, %.0f samples/s)\n",
+               (long long)e + 1, (long long)t->o.epochs, loss, tl, acc, secs, rate);
+        fflush(stdout);
+        if (t->metrics) {
+            fprintf(t->metrics, "{\"epoch\": %lld, ", (long long)e + 1);
+            json_num(t->metrics, "train_loss", loss, false);
+            json_num(t->metrics, "test_loss", tl, false);
+            json_num(t->metrics, "test_accuracy", acc, false);
+            json_num(t->metrics, "seconds", secs, false);
+            json_num(t->metrics, "samples_per_second", rate, true);
+            fprintf(t->metrics, "}\n");
+            if (fflush(t->metrics) != 0) return cli_fail(CLI_RUNTIME, "train: cannot write %s", t->o.metrics);
+        }
+        if (t->o.save && save(t, e + 1) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: save");
+    }
+    return CLI_OK;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    trainer t = {0};
+    int rc = cli_parse(argc, argv, 2, "train",
+                       "--model --data --data-dir --epochs --batch-size --lr --optimizer --device --threads "
+                       "--seed --save --resume --metrics --limit",
+                       &t.o);
+    if (rc != CLI_OK) return rc;
+    if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
+    double t0 = cli_now();
+    rc = setup(&t);
+    if (rc == CLI_OK) {
+        char dev[32];
+        nb_device_str(t.dev, dev, sizeof dev);
+        printf("training %s (%lld parameters) on %s: %lld samples, %s, device %s, %d threads\n", t.o.model,
+               (long long)nb_module_num_parameters(t.m), t.o.data, (long long)nb_dataset_size(t.train),
+               t.o.optimizer, dev, nb_get_num_threads());
+        if (t.start_epoch > 0) printf("resuming from %s after epoch %lld\n", t.o.resume, (long long)t.start_epoch);
+        rc = run_epochs(&t);
+    }
+    if (rc == CLI_OK) printf("total training time %.1f s\n", cli_now() - t0);
+    trainer_free(&t);
+    return rc;
+}

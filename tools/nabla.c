@@ -1,0 +1,161 @@
+/* tools/nabla.c: the `nabla` command's entry point, option parsing and shared helpers. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli_impl.h"
+
+static const char *const usage_text =
+    "usage: nabla <command> [options]\n"
+    "commands:\n"
+    "  train --model NAME --data fashion-mnist [--data-dir DIR] [--epochs N] [--batch-size N]\n"
+    "        [--lr X] [--optimizer sgd|adam|adamw] [--device auto|cpu|cuda[:N]] [--threads N]\n"
+    "        [--seed N] [--save FILE] [--resume FILE] [--metrics FILE.jsonl] [--limit N]\n"
+    "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
+    "        [--threads N]\n"
+    "  info  the version, backends, devices and thread count\n";
+
+int cli_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("nabla: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int cli_fail_nb(int code, const char *what)
+{
+    const char *e = nb_last_error();
+    return cli_fail(code, "%s: %s", what, e && *e ? e : "unknown error");
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_int(const char *flag, const char *s, int64_t lo, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo)
+        return cli_fail(CLI_USAGE, "%s: expected an integer >= %lld, got \"%s\"", flag, (long long)lo, s);
+    *out = (int64_t)v;
+    return CLI_OK;
+}
+
+static int parse_double(const char *flag, const char *s, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v < 0)
+        return cli_fail(CLI_USAGE, "%s: expected a non-negative number, got \"%s\"", flag, s);
+    *out = v;
+    return CLI_OK;
+}
+
+static bool flag_allowed(const char *allowed, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (const char *p = strstr(allowed, flag); p; p = strstr(p + 1, flag))
+        if ((p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+/* Stores the value of one flag; CLI_USAGE on a bad value. */
+static int set_opt(cli_opts *o, const char *f, const char *v)
+{
+    int64_t n = 0;
+    int rc = CLI_OK;
+    if (!strcmp(f, "--model")) o->model = v;
+    else if (!strcmp(f, "--data")) o->data = v;
+    else if (!strcmp(f, "--data-dir")) o->data_dir = v;
+    else if (!strcmp(f, "--optimizer")) o->optimizer = v;
+    else if (!strcmp(f, "--device")) o->device = v;
+    else if (!strcmp(f, "--save")) o->save = v;
+    else if (!strcmp(f, "--resume")) o->resume = v;
+    else if (!strcmp(f, "--metrics")) o->metrics = v;
+    else if (!strcmp(f, "--load")) o->load = v;
+    else if (!strcmp(f, "--epochs")) rc = parse_int(f, v, 1, &o->epochs);
+    else if (!strcmp(f, "--batch-size")) rc = parse_int(f, v, 1, &o->batch_size);
+    else if (!strcmp(f, "--limit")) rc = parse_int(f, v, 1, &o->limit);
+    else if (!strcmp(f, "--threads")) rc = parse_int(f, v, 1, &o->threads);
+    else if (!strcmp(f, "--lr")) rc = parse_double(f, v, &o->lr);
+    else if (!strcmp(f, "--seed")) {
+        rc = parse_int(f, v, 0, &n);
+        o->seed = (uint64_t)n;
+        o->seed_given = true;
+    }
+    return rc;
+}
+
+int cli_parse(int argc, char **argv, int first, const char *cmd, const char *allowed, cli_opts *o)
+{
+    *o = (cli_opts){.data = "fashion-mnist", .data_dir = CLI_DEFAULT_DATA_DIR, .optimizer = "adam",
+                    .device = "auto", .epochs = 1, .batch_size = 64, .lr = -1};
+    for (int i = first; i < argc; i++) {
+        char flag[64];
+        const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        if (strncmp(a, "--", 2) != 0 || n >= sizeof flag)
+            return cli_fail(CLI_USAGE, "%s: unexpected argument \"%s\" (see nabla --help)", cmd, a);
+        memcpy(flag, a, n);
+        flag[n] = '\0';
+        if (!flag_allowed(allowed, flag))
+            return cli_fail(CLI_USAGE, "%s: unknown option %s (see nabla --help)", cmd, flag);
+        if (eq) v = eq + 1;
+        else if (i + 1 < argc) v = argv[++i];
+        else return cli_fail(CLI_USAGE, "%s: option %s needs a value", cmd, flag);
+        if (set_opt(o, flag, v) != CLI_OK) return CLI_USAGE;
+    }
+    if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam") && strcmp(o->optimizer, "adamw"))
+        return cli_fail(CLI_USAGE, "%s: unknown optimizer \"%s\" (expected sgd, adam or adamw)", cmd, o->optimizer);
+    if (strcmp(o->data, "fashion-mnist") && strcmp(o->data, "mnist"))
+        return cli_fail(CLI_USAGE, "%s: unknown data set \"%s\" (expected fashion-mnist or mnist)", cmd, o->data);
+    return CLI_OK;
+}
+
+int cli_check_model(const char *name)
+{
+    const char *names[32];
+    int n = nb_model_names(names, 32);
+    char list[512] = "";
+    for (int i = 0; i < n && i < 32; i++) {
+        if (!strcmp(names[i], name)) return CLI_OK;
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+    }
+    return cli_fail(CLI_USAGE, "unknown model \"%s\" (known: %s)", name, list);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage_text, stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("nabla %s\n", nb_version());
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
+    if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
+    return cli_fail(CLI_USAGE, "unknown command \"%s\" (expected train, eval or info)", cmd);
+}
