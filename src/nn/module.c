@@ -254,7 +254,7 @@ static nb_status collect(void *ctx, const char *name, nb_tensor **slot, bool is_
     collect_ctx *c = ctx;
     if (c->n < c->cap && c->out) c->out[c->n] = *slot;
     if (c->names) {
-        c->names[c->n] = strdup(name);
+        c->names[c->n] = strdup(name ? name : "");
         if (!c->names[c->n]) return nb__err(NB_ERR_OOM, "module: out of memory");
     }
     c->numel += nb_tensor_numel(*slot);
