@@ -94,19 +94,7 @@ static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
 static void test_reference(void **state)
 {
     (void)state;
-    nb_tensor_map *m = nbt_load_ref("lstm");
-    char **names;
-    int n = nbt_case_names(m, &names);
-    assert_true(n >= 14);
-    for (int i = 0; i < n; i++) {
-        for (int nc = 0; nc < 2; nc++) {
-            nb_scope *s = nb_scope_begin();
-            run_case(m, names[i], nc == 1);
-            nb_scope_end(s);
-        }
-    }
-    nbt_free_names(names, n);
-    nb_tensor_map_free(m);
+    nbt_run_reference("lstm", 14, run_case);
 }
 
 /* ---- finite differences ---------------------------------------------------------------------- */

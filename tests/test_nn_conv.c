@@ -133,16 +133,7 @@ static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
 
 static void test_pytorch_cases(void **state)
 {
-    nb_tensor_map *m = nbt_load_ref("nn");
-    char **names;
-    int n = nbt_case_names(m, &names);
-    assert_true(n >= 48);
-    for (int i = 0; i < n; i++) {
-        run_case(m, names[i], false);
-        run_case(m, names[i], true);
-    }
-    nbt_free_names(names, n);
-    nb_tensor_map_free(m);
+    nbt_run_reference("nn", 48, run_case);
 }
 
 /* The float64 cases' gradients against central differences, on cases with inputs of at most

@@ -101,6 +101,26 @@ void nbt_free_names(char **names, int n)
     free(names);
 }
 
+void nbt_run_reference(const char *family, int min_cases, nbt_case_fn fn)
+{
+    nb_tensor_map *m = nbt_load_ref(family);
+    char **names;
+    int n = nbt_case_names(m, &names);
+    if (n < min_cases) {
+        print_error("%s: %d reference cases, expected at least %d\n", family, n, min_cases);
+        fail();
+    }
+    for (int i = 0; i < n; i++) {
+        for (int nc = 0; nc < 2; nc++) {
+            nb_scope *s = nb_scope_begin();
+            fn(m, names[i], nc == 1);
+            nb_scope_end(s);
+        }
+    }
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
 static double *read_f64(const nb_tensor *t)
 {
     int64_t n = nb_tensor_numel(t);

@@ -33,6 +33,14 @@ nb_tensor *nbt_ref(const nb_tensor_map *m, const char *prefix, const char *key);
 int nbt_case_names(const nb_tensor_map *m, char ***out);
 void nbt_free_names(char **names, int n);
 
+/* A reference case runner: runs the case `name` of map m, on contiguous inputs or on
+ * nbt_noncontig copies. */
+typedef void (*nbt_case_fn)(const nb_tensor_map *m, const char *name, bool noncontig);
+/* Runs fn on every case of <family>.safetensors, contiguous then non-contiguous, each inside its own
+ * scope. Fails the test when the file holds fewer than min_cases cases (a catalogue that lost its
+ * cases must not pass by testing nothing). */
+void nbt_run_reference(const char *family, int min_cases, nbt_case_fn fn);
+
 /* Asserts got and want have the same shape and |got - want| <= atol + rtol |want| everywhere
  * (values compared in float64; NaNs must match). `what` names the comparison in the failure. */
 void nbt_assert_close(const nb_tensor *got, const nb_tensor *want, double rtol, double atol,
