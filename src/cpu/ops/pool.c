@@ -71,52 +71,22 @@ static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
     y1 = y1 > g.h ? g.h : y1, x1 = x1 > g.w ? g.w : x1;                                            \
     if (!g.count_include_pad) div = (y1 - y0) * (x1 - x0)
 
-#define AVG_FWD(T)                                                                                 \
-    static void avg_fwd_##T(pool_geom g, const T *x, T *y)                                        \
-    {                                                                                              \
-        PLANES_FOR(g) {                                                                            \
-            const T *xp = x + p * g.h * g.w;                                                       \
-            for (int64_t oy = 0; oy < g.oh; oy++)                                                  \
-                for (int64_t ox = 0; ox < g.ow; ox++) {                                            \
-                    AVG_WINDOW(g);                                                                 \
-                    T s = 0;                                                                       \
-                    for (int64_t iy = y0; iy < y1; iy++)                                           \
-                        for (int64_t ix = x0; ix < x1; ix++) s += xp[iy * g.w + ix];               \
-                    y[p * g.oh * g.ow + oy * g.ow + ox] = s / (T)div;                              \
-                }                                                                                  \
-        }                                                                                          \
-    }
-
-#define AVG_BWD(T)                                                                                 \
-    static void avg_bwd_##T(pool_geom g, const T *gy, T *gx)                                      \
-    {                                                                                              \
-        PLANES_FOR(g) {                                                                            \
-            T *gp = gx + p * g.h * g.w;                                                            \
-            memset(gp, 0, (size_t)(g.h * g.w) * sizeof(T));                                        \
-            for (int64_t oy = 0; oy < g.oh; oy++)                                                  \
-                for (int64_t ox = 0; ox < g.ow; ox++) {                                            \
-                    AVG_WINDOW(g);                                                                 \
-                    T v = gy[p * g.oh * g.ow + oy * g.ow + ox] / (T)div;                           \
-                    for (int64_t iy = y0; iy < y1; iy++)                                           \
-                        for (int64_t ix = x0; ix < x1; ix++) gp[iy * g.w + ix] += v;               \
-                }                                                                                  \
-        }                                                                                          \
-    }
-
 /* PyTorch's adaptive windows: [floor(o * in / out), ceil((o + 1) * in / out)). */
 #define ADAPT_WINDOW(g)                                                                            \
     int64_t y0 = oy * g.h / g.oh, y1 = ((oy + 1) * g.h + g.oh - 1) / g.oh;                         \
     int64_t x0 = ox * g.w / g.ow, x1 = ((ox + 1) * g.w + g.ow - 1) / g.ow;                         \
     int64_t div = (y1 - y0) * (x1 - x0)
 
-#define ADAPT_FWD(T)                                                                               \
-    static void adapt_fwd_##T(pool_geom g, const T *x, T *y)                                      \
+/* Average pooling, fixed or adaptive: the two differ only in their WINDOW (which sets y0, y1, x0,
+ * x1 and div for output (oy, ox)). */
+#define MEAN_FWD(T, name, WINDOW)                                                                  \
+    static void name##_##T(pool_geom g, const T *x, T *y)                                         \
     {                                                                                              \
         PLANES_FOR(g) {                                                                            \
             const T *xp = x + p * g.h * g.w;                                                       \
             for (int64_t oy = 0; oy < g.oh; oy++)                                                  \
                 for (int64_t ox = 0; ox < g.ow; ox++) {                                            \
-                    ADAPT_WINDOW(g);                                                               \
+                    WINDOW(g);                                                                     \
                     T s = 0;                                                                       \
                     for (int64_t iy = y0; iy < y1; iy++)                                           \
                         for (int64_t ix = x0; ix < x1; ix++) s += xp[iy * g.w + ix];               \
@@ -125,15 +95,15 @@ static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
         }                                                                                          \
     }
 
-#define ADAPT_BWD(T)                                                                               \
-    static void adapt_bwd_##T(pool_geom g, const T *gy, T *gx)                                    \
+#define MEAN_BWD(T, name, WINDOW)                                                                  \
+    static void name##_##T(pool_geom g, const T *gy, T *gx)                                       \
     {                                                                                              \
         PLANES_FOR(g) {                                                                            \
             T *gp = gx + p * g.h * g.w;                                                            \
             memset(gp, 0, (size_t)(g.h * g.w) * sizeof(T));                                        \
             for (int64_t oy = 0; oy < g.oh; oy++)                                                  \
                 for (int64_t ox = 0; ox < g.ow; ox++) {                                            \
-                    ADAPT_WINDOW(g);                                                               \
+                    WINDOW(g);                                                                     \
                     T v = gy[p * g.oh * g.ow + oy * g.ow + ox] / (T)div;                           \
                     for (int64_t iy = y0; iy < y1; iy++)                                           \
                         for (int64_t ix = x0; ix < x1; ix++) gp[iy * g.w + ix] += v;               \
@@ -145,14 +115,14 @@ MAX_FWD(float)
 MAX_FWD(double)
 MAX_BWD(float)
 MAX_BWD(double)
-AVG_FWD(float)
-AVG_FWD(double)
-AVG_BWD(float)
-AVG_BWD(double)
-ADAPT_FWD(float)
-ADAPT_FWD(double)
-ADAPT_BWD(float)
-ADAPT_BWD(double)
+MEAN_FWD(float, avg_fwd, AVG_WINDOW)
+MEAN_FWD(double, avg_fwd, AVG_WINDOW)
+MEAN_BWD(float, avg_bwd, AVG_WINDOW)
+MEAN_BWD(double, avg_bwd, AVG_WINDOW)
+MEAN_FWD(float, adapt_fwd, ADAPT_WINDOW)
+MEAN_FWD(double, adapt_fwd, ADAPT_WINDOW)
+MEAN_BWD(float, adapt_bwd, ADAPT_WINDOW)
+MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
 
 #define CALL(name, ...)                                                                            \
     do {                                                                                           \
