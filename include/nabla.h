@@ -16,5 +16,6 @@
 #include "nabla/module.h"
 #include "nabla/layers.h"
 #include "nabla/models.h"
+#include "nabla/cuda.h"
 
 #endif

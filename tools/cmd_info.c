@@ -30,13 +30,22 @@ int cmd_info(int argc, char **argv)
     printf("  blas:     %s\n", blas ? blas : "OpenBLAS (unknown configuration)");
     printf("  onednn:   %d.%d.%d%s%s\n", dv->major, dv->minor, dv->patch, dv->hash && strcmp(dv->hash, "N/A") ? " " : "",
            dv->hash && strcmp(dv->hash, "N/A") ? dv->hash : "");
-    nb_status st = nb_device_check((nb_device){NB_DEVICE_CUDA, 0});
-    const char *err = st == NB_OK ? "" : nb_last_error();
-    bool built = st == NB_OK || !strstr(err, "without CUDA");
-    printf("  cuda:     %s\n", built ? "built" : "not built");
-    nb_clear_error();
+    if (nb_cuda_is_built()) {
+        int rt = nb_cuda_runtime_version(), drv = nb_cuda_driver_version();
+        printf("  cuda:     runtime %d.%d, driver %d.%d%s\n", rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
+               drv ? "" : " (no driver)");
+    } else {
+        printf("  cuda:     not built\n");
+    }
     printf("devices:\n  cpu\n");
-    for (int i = 0; i < nb_cuda_device_count(); i++) printf("  cuda:%d\n", i);
+    for (int i = 0; i < nb_cuda_device_count(); i++) {
+        nb_cuda_device_props p;
+        if (nb_cuda_get_device_properties(i, &p) == NB_OK)
+            printf("  cuda:%d    %s, %.1f GiB, compute capability %d.%d, %d SMs\n", i, p.name,
+                   (double)p.total_memory / (double)(1 << 30), p.major, p.minor, p.multi_processor_count);
+        else
+            printf("  cuda:%d    (properties unavailable: %s)\n", i, nb_last_error());
+    }
     printf("threads: %d\n", nb_get_num_threads());
     return CLI_OK;
 }

@@ -1,0 +1,104 @@
+/* nabla/cuda.h: NVIDIA GPUs, as torch.cuda gives them: devices and their properties, the current
+ * device, streams and events, and the caching allocator.
+ *
+ * Work on a GPU is asynchronous: an op on CUDA tensors is queued on the current stream of the
+ * tensors' device and returns at once. The host waits only when it must: reading values back
+ * (nb_tensor_read, nb_item, nb_to a CPU device), nb_cuda_synchronize, a stream's or an event's
+ * synchronize. Each device has a default stream (CUDA's legacy default stream, as PyTorch's);
+ * streams made with nb_cuda_stream_create do not synchronise with it implicitly: order work
+ * across streams with events (nb_cuda_stream_wait_event).
+ *
+ * Every function exists in every build. Without the CUDA backend built in (or without a GPU),
+ * nb_cuda_device_count is 0 and the others fail with NB_ERR_DEVICE. */
+#ifndef NABLA_CUDA_H
+#define NABLA_CUDA_H
+
+#include "nabla/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether this build has the CUDA backend (a GPU may still be absent). */
+NB_API bool nb_cuda_is_built(void);
+
+typedef struct nb_cuda_device_props {
+    char name[256];
+    size_t total_memory;      /* bytes */
+    int major, minor;         /* compute capability */
+    int multi_processor_count;
+} nb_cuda_device_props;
+
+NB_API nb_status nb_cuda_get_device_properties(int index, nb_cuda_device_props *out);
+/* The CUDA runtime's and driver's versions (e.g. 13000 for 13.0); 0 when not available. */
+NB_API int nb_cuda_runtime_version(void);
+NB_API int nb_cuda_driver_version(void);
+
+/* The calling thread's current device (0 at first), and changing it. */
+NB_API int nb_cuda_current_device(void);
+NB_API nb_status nb_cuda_set_device(int index);
+
+/* `with torch.cuda.device(i)`: enter makes index current and remembers the previous device; exit
+ * restores it. Enter with index -1 leaves the current device unchanged (exit is then a no-op). */
+typedef struct nb_cuda_device_guard {
+    int prev;
+    bool active;
+} nb_cuda_device_guard;
+NB_API nb_status nb_cuda_device_guard_enter(nb_cuda_device_guard *g, int index);
+NB_API void nb_cuda_device_guard_exit(nb_cuda_device_guard *g);
+
+/* Waits for all work queued on device index (-1: the current device). */
+NB_API nb_status nb_cuda_synchronize(int index);
+
+/* ---- streams ------------------------------------------------------------------------------- */
+
+typedef struct nb_stream nb_stream;
+
+/* A new stream on device index (-1: current). Freed with nb_cuda_stream_free after its work is
+ * no longer needed (freeing waits for nothing; queued work still completes). */
+NB_API nb_stream *nb_cuda_stream_create(int index);
+NB_API void nb_cuda_stream_free(nb_stream *s);
+/* The device's default stream (owned by nabla, never freed). */
+NB_API nb_stream *nb_cuda_default_stream(int index);
+/* The calling thread's current stream of the device (the default stream at first). */
+NB_API nb_stream *nb_cuda_current_stream(int index);
+/* Makes s the calling thread's current stream of s's device; returns the previous one, or NULL
+ * with an error. `with torch.cuda.stream(s)` is prev = set(s); ...; set(prev). */
+NB_API nb_stream *nb_cuda_set_stream(nb_stream *s);
+NB_API int nb_cuda_stream_device(const nb_stream *s);
+NB_API nb_status nb_cuda_stream_synchronize(nb_stream *s);
+/* True when all work queued on s has completed (false also on error). */
+NB_API bool nb_cuda_stream_query(nb_stream *s);
+
+/* ---- events -------------------------------------------------------------------------------- */
+
+typedef struct nb_event nb_event;
+
+/* enable_timing: the event can be used with nb_cuda_event_elapsed_ms (slightly costlier). The
+ * event belongs to the device current when it is first recorded. */
+NB_API nb_event *nb_cuda_event_create(bool enable_timing);
+NB_API void nb_cuda_event_free(nb_event *e);
+/* Records e on s (NULL: the current stream of the current device). */
+NB_API nb_status nb_cuda_event_record(nb_event *e, nb_stream *s);
+NB_API nb_status nb_cuda_event_synchronize(nb_event *e);
+/* True when the work before the event's record has completed (false also when not recorded). */
+NB_API bool nb_cuda_event_query(nb_event *e);
+/* Milliseconds of GPU time between two recorded, completed timing events. */
+NB_API nb_status nb_cuda_event_elapsed_ms(const nb_event *start, const nb_event *end, float *ms);
+/* Work queued on s after this call waits for e's record. */
+NB_API nb_status nb_cuda_stream_wait_event(nb_stream *s, nb_event *e);
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* Tensor memory comes from a caching allocator (PyTorch's design: 2 MiB segments for requests up
+ * to 1 MiB, larger segments split and merged, blocks reused per stream). nb_memory_stats_get gives
+ * its counters for a cuda device; this returns the cached, unused segments to the device. */
+NB_API nb_status nb_cuda_empty_cache(void);
+/* Marks t's memory as used by work on s (not t's allocation stream): when t is freed, the memory
+ * is reused only after the work queued on s by then has completed. */
+NB_API nb_status nb_cuda_record_stream(const struct nb_tensor *t, nb_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+/* The CUDA device's table: memory from the caching pools, copies to and from the host on the
+ * current stream, and the kernel families built so far (the rest are NULL: dispatching them is an
+ * NB_ERR_UNSUPPORTED error naming the op and the device). */
+#include "cuda/cuda_impl.h"
+
+#define FAMILY(f) nb_status nb_cuda_k_##f(nb_op op, const nb_kargs *a);
+FAMILY(copy)
+FAMILY(fill)
+#undef FAMILY
+
+static int cuda_count(void) { return nb__cuda_count(); }
+
+/* Copies with pageable host memory: queued on the current stream, then waited for, since the
+ * host buffer may be reused as soon as the call returns. */
+static nb_status copy_sync(int index, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                           const char *what)
+{
+    if (!n) return NB_OK;
+    int prev = nb__cuda_enter(index);
+    cudaStream_t s = nb__cuda_stream(index)->handle;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    nb__cuda_leave(prev);
+    return e == cudaSuccess ? NB_OK : nb__cuda_err(e, what);
+}
+
+static nb_status cuda_to_host(int index, void *dst, const void *src, size_t n)
+{
+    return copy_sync(index, dst, src, n, cudaMemcpyDeviceToHost, "copy to host");
+}
+
+static nb_status cuda_from_host(int index, void *dst, const void *src, size_t n)
+{
+    return copy_sync(index, dst, src, n, cudaMemcpyHostToDevice, "copy from host");
+}
+
+static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
+
+#define none NULL
+#define copy nb_cuda_k_copy
+#define fill nb_cuda_k_fill
+#define random NULL
+#define binary NULL
+#define unary NULL
+#define where NULL
+#define reduce NULL
+#define softmax NULL
+#define cumsum NULL
+#define gemm NULL
+#define index NULL
+#define sort NULL
+#define conv NULL
+#define pool NULL
+#define batchnorm NULL
+#define rnn NULL
+
+const nb_backend nb__cuda_backend = {
+    .name = "cuda",
+    .device_count = cuda_count,
+    .alloc = nb__cuda_alloc,
+    .free = nb__cuda_free,
+    .copy_to_host = cuda_to_host,
+    .copy_from_host = cuda_from_host,
+    .synchronize = cuda_sync,
+    .memory_stats = nb__cuda_memory_stats,
+    .kernels = {
+#define X(id, name, family) [NB_OP_##id] = family,
+#include "core/ops.def"
+#undef X
+    },
+};
