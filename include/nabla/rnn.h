@@ -5,6 +5,7 @@
 #ifndef NABLA_RNN_H
 #define NABLA_RNN_H
 
+#include "nabla/module.h"
 #include "nabla/tensor.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,48 @@ NB_API nb_tensor *nb_lstm(const nb_tensor *x, const nb_tensor *h0, const nb_tens
  * like any returned tensor: by the open scope, else by the caller); on failure all are NULL. */
 NB_API nb_status nb_lstm_init_weights(int64_t input_size, int num_layers, const nb_lstm_params *p,
                                       const nb_tensor_params *tp, nb_tensor **weights);
+
+/* ---- modules (nabla/module.h) ------------------------------------------------------------------ */
+
+/* torch.nn.LSTM(input_size, hidden_size, num_layers, bias, batch_first) as a module, type name
+ * "LSTM". Parameters, in PyTorch's names and order: weight_ih_l{k} [4H, in_k], weight_hh_l{k}
+ * [4H, H], and with bias bias_ih_l{k} [4H], bias_hh_l{k} [4H], for k = 0 .. num_layers-1, all
+ * uniform on [-1/sqrt(H), 1/sqrt(H)) (nb_lstm_init_weights) with dtype, device and generator from
+ * p (may be NULL: float32 on the CPU, the default generator). nb_module_forward(m, x) returns the
+ * output sequence (nb_lstm's result) from zero initial states. NULL with an error naming "LSTM"
+ * for sizes < 1 or a non-floating dtype. Free with nb_module_free. */
+NB_API nb_module *nb_lstm_module(int64_t input_size, int64_t hidden_size, int num_layers, bool batch_first,
+                                 bool bias, const nb_tensor_params *p);
+
+/* The forward of an LSTM module with states: x [T, B, input_size] ([B, T, input_size] with
+ * batch_first); h0, c0 [num_layers, B, H] or NULL (zeros), borrowed. Returns the output sequence
+ * (as nb_lstm) and sets *h_n, *c_n (each pointer may be NULL) to the final states
+ * [num_layers, B, H]: new references like any returned tensor (scope-owned when a scope is open).
+ * Errors (NULL, *h_n and *c_n NULL): m NULL or not made by nb_lstm_module, x NULL, x not 3-D or
+ * its feature size not input_size, h0 / c0 of another shape, dtype mismatches; messages name
+ * "LSTM" and the shapes. */
+NB_API nb_tensor *nb_lstm_module_forward(nb_module *m, nb_tensor *x, nb_tensor *h0, nb_tensor *c0, nb_tensor **h_n,
+                                         nb_tensor **c_n);
+
+/* A word-level LSTM language model (DLBench's PTB LSTM; bench/dlbench/torch_lm.py is the same
+ * model in PyTorch, with equal state_dict names and shapes), type name "LSTMLM". Children, in
+ * order: "encoder" = Embedding(vocab_size, embed_size), "rnn" = LSTM(embed_size, hidden_size,
+ * num_layers, batch_first = true, bias = true), "decoder" = Linear(hidden_size, vocab_size), each
+ * with PyTorch's default initialisation drawn from p (may be NULL). Parameter count:
+ * V E + L (4H (in_k + H) + 8H) + H V + V, two bias vectors per LSTM layer as in PyTorch/cuDNN.
+ * nb_module_forward(m, tokens): integer tokens [B, T] in [0, vocab_size) -> logits [B, T, V].
+ * NULL with an error naming "LSTMLM" for sizes < 1 or a non-floating dtype. */
+NB_API nb_module *nb_lstm_lm_create(int64_t vocab_size, int64_t embed_size, int64_t hidden_size, int num_layers,
+                                    const nb_tensor_params *p);
+/* Stateful mode (default off: every forward starts from zero states). When on, each forward
+ * starts from the final (h, c) of the previous forward, detached from its graph (truncated BPTT,
+ * as DLBench carries state between consecutive mini-batches), in training and in eval mode. The
+ * carried state is dropped (the next forward starts from zeros) when the batch size or the dtype
+ * changes, on nb_lstm_lm_reset_state, and when stateful mode is switched off; it follows the
+ * module to another device (nb_module_to) at the next forward, and is freed with the module.
+ * Errors: m NULL or not made by nb_lstm_lm_create. */
+NB_API nb_status nb_lstm_lm_set_stateful(nb_module *m, bool stateful);
+NB_API nb_status nb_lstm_lm_reset_state(nb_module *m);
 
 #ifdef __cplusplus
 }
