@@ -6,6 +6,8 @@
 #define FAMILY(f) nb_status nb_cuda_k_##f(nb_op op, const nb_kargs *a);
 FAMILY(copy)
 FAMILY(fill)
+FAMILY(binary)
+FAMILY(unary)
 #undef FAMILY
 
 static int cuda_count(void) { return nb__cuda_count(); }
@@ -40,8 +42,8 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define copy nb_cuda_k_copy
 #define fill nb_cuda_k_fill
 #define random NULL
-#define binary NULL
-#define unary NULL
+#define binary nb_cuda_k_binary
+#define unary nb_cuda_k_unary
 #define where NULL
 #define reduce NULL
 #define softmax NULL

@@ -12,6 +12,14 @@ extern "C" {
 
 #define NB_CUDA_MAX_DIMS 8
 
+/* The op ids, equal to nb_op's values (both come from ops.def). */
+enum nb_cuda_op {
+#define X(id, name, family) NB_CUDA_OP_##id,
+#include "core/ops.def"
+#undef X
+    NB_CUDA_OP_COUNT
+};
+
 /* A strided view for a kernel: dtype is nb_dtype's value; strides in elements, laid out over the
  * OUTPUT's shape (broadcast dims have stride 0). */
 typedef struct nb_cuda_desc {
@@ -26,6 +34,17 @@ typedef struct nb_cuda_desc {
 cudaError_t nb_cuda_launch_copy(const nb_cuda_desc *out, const nb_cuda_desc *in, int64_t n, cudaStream_t s);
 /* out[i] = (out dtype) value. */
 cudaError_t nb_cuda_launch_fill(const nb_cuda_desc *out, double value, int64_t n, cudaStream_t s);
+
+/* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
+ * (converted to x's dtype) is the second operand. */
+cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,
+                                  double s0, int64_t n, cudaStream_t s);
+/* THRESHOLD_BACKWARD..SOFTPLUS_BACKWARD: out = f(g, x), floating dtypes. */
+cudaError_t nb_cuda_launch_act_backward(int op, const nb_cuda_desc *out, const nb_cuda_desc *g, const nb_cuda_desc *x,
+                                        double s0, double s1, int64_t i0, int64_t n, cudaStream_t s);
+/* The unary family; q0, q1: CLAMP's bounds for integer dtypes, already in the type's range. */
+cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, double s0, double s1,
+                                 int64_t q0, int64_t q1, int64_t i0, int64_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }
