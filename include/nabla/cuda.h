@@ -50,6 +50,11 @@ NB_API void nb_cuda_device_guard_exit(nb_cuda_device_guard *g);
 /* Waits for all work queued on device index (-1: the current device). */
 NB_API nb_status nb_cuda_synchronize(int index);
 
+/* float32 matrix products on TF32 tensor cores (about 10 bits of mantissa in the products, much
+ * faster): off by default, as torch.backends.cuda.matmul.allow_tf32. Process-wide. */
+NB_API void nb_cuda_set_allow_tf32(bool allow);
+NB_API bool nb_cuda_get_allow_tf32(void);
+
 /* ---- streams ------------------------------------------------------------------------------- */
 
 typedef struct nb_stream nb_stream;

@@ -8,6 +8,8 @@ FAMILY(copy)
 FAMILY(fill)
 FAMILY(binary)
 FAMILY(unary)
+FAMILY(reduce)
+FAMILY(gemm)
 #undef FAMILY
 
 static int cuda_count(void) { return nb__cuda_count(); }
@@ -45,10 +47,10 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define binary nb_cuda_k_binary
 #define unary nb_cuda_k_unary
 #define where NULL
-#define reduce NULL
+#define reduce nb_cuda_k_reduce
 #define softmax NULL
 #define cumsum NULL
-#define gemm NULL
+#define gemm nb_cuda_k_gemm
 #define index NULL
 #define sort NULL
 #define conv NULL

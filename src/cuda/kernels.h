@@ -4,6 +4,7 @@
 #define NB_CUDA_KERNELS_H
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -34,6 +35,22 @@ typedef struct nb_cuda_desc {
 cudaError_t nb_cuda_launch_copy(const nb_cuda_desc *out, const nb_cuda_desc *in, int64_t n, cudaStream_t s);
 /* out[i] = (out dtype) value. */
 cudaError_t nb_cuda_launch_fill(const nb_cuda_desc *out, double value, int64_t n, cudaStream_t s);
+
+/* A reduction's geometry: the kept dims (outputs) and the reduced dims, each with its sizes and
+ * strides in elements (kin/rin: the input's; kout/kout2: out's and out2's). */
+typedef struct nb_cuda_reduce_plan {
+    const void *in;
+    void *out, *out2; /* out2: int64 positions or NULL */
+    int in_dtype, out_dtype;
+    int nk, nr;
+    int64_t ksize[NB_CUDA_MAX_DIMS], kin[NB_CUDA_MAX_DIMS], kout[NB_CUDA_MAX_DIMS], kout2[NB_CUDA_MAX_DIMS];
+    int64_t rsize[NB_CUDA_MAX_DIMS], rin[NB_CUDA_MAX_DIMS];
+    int64_t nout, nred;
+} nb_cuda_reduce_plan;
+
+/* The reduce family (SUM..NORM): one output per block. */
+cudaError_t nb_cuda_launch_reduce(int op, const nb_cuda_reduce_plan *p, double s0, int64_t i0, bool flag,
+                                  cudaStream_t s);
 
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */

@@ -1,0 +1,169 @@
+/* The CUDA reductions and matrix products against the CPU's results: every reduction over
+ * several dim sets (strided input included), max/min with their positions, NaN handling; bmm and
+ * matmul with transposed, strided and broadcast operands in float32/float64, the TF32 switch; and
+ * autograd of a small network (linear, relu, mse) on the device equal to the CPU's gradients.
+ * Exits 77 (ctest: Skipped) on a machine without a GPU. */
+#include <math.h>
+#include <stdio.h>
+
+#include "nbtest.h"
+#include "nabla/cuda.h"
+
+static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
+
+static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
+static nb_tensor *host(const nb_tensor *t) { return NBT_CHECK(nb_to(t, nb_cpu())); }
+
+static nb_tensor *randn(const int64_t *shape, int nd, nb_dtype dt)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    return NBT_CHECK(nb_randn(shape, nd, &p));
+}
+
+static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
+{
+    nb_tensor *g = host(got_dev);
+    assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
+    nbt_assert_close(g, want, rtol, rtol, what);
+}
+
+static void test_reductions(void **state)
+{
+    (void)state;
+    int64_t shape[3] = {6, 7, 300};
+    const int64_t dsets[][3] = {{0, 0, 0}, {2, 0, 0}, {0, 2, 0}, {1, 0, 0}, {0, 1, 2}};
+    const int nds[] = {1, 1, 2, 1, 3};
+    const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64, NB_INT64};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        nb_scope *s = nb_scope_begin();
+        nb_tensor *x = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_mul_scalar(randn(shape, 3, NB_FLOAT64), 3)), dts[d]));
+        nb_tensor *xs = NBT_CHECK(nb_transpose(x, 0, 2)), *xd = cuda(x), *xsd = NBT_CHECK(nb_transpose(xd, 0, 2));
+        bool fl = dts[d] != NB_INT64;
+        double rtol = dts[d] == NB_FLOAT32 ? 1e-5 : 1e-12;
+        for (int k = 0; k < 5; k++) {
+            const int64_t *dm = dsets[k];
+            int nd = nds[k];
+            char w[64];
+            snprintf(w, sizeof w, "%s set %d", nb_dtype_name(dts[d]), k);
+            close_to(NBT_CHECK(nb_sum(xd, dm, nd, false)), NBT_CHECK(nb_sum(x, dm, nd, false)), rtol, w);
+            close_to(NBT_CHECK(nb_sum(xsd, dm, nd, true)), NBT_CHECK(nb_sum(xs, dm, nd, true)), rtol, w);
+            close_to(NBT_CHECK(nb_all(xd, dm, nd, false)), NBT_CHECK(nb_all(x, dm, nd, false)), 0, w);
+            close_to(NBT_CHECK(nb_any(xsd, dm, nd, false)), NBT_CHECK(nb_any(xs, dm, nd, false)), 0, w);
+            if (!fl) continue;
+            close_to(NBT_CHECK(nb_mean(xd, dm, nd, false)), NBT_CHECK(nb_mean(x, dm, nd, false)), rtol, w);
+            close_to(NBT_CHECK(nb_var(xsd, dm, nd, 1, false)), NBT_CHECK(nb_var(xs, dm, nd, 1, false)), rtol, w);
+            close_to(NBT_CHECK(nb_std(xd, dm, nd, 0, true)), NBT_CHECK(nb_std(x, dm, nd, 0, true)), rtol, w);
+            close_to(NBT_CHECK(nb_logsumexp(xd, dm, nd, false)), NBT_CHECK(nb_logsumexp(x, dm, nd, false)), rtol, w);
+            close_to(NBT_CHECK(nb_norm(xd, 2, dm, nd, false)), NBT_CHECK(nb_norm(x, 2, dm, nd, false)), rtol, w);
+            close_to(NBT_CHECK(nb_norm(xsd, INFINITY, dm, nd, false)), NBT_CHECK(nb_norm(xs, INFINITY, dm, nd, false)), 0, w);
+            close_to(NBT_CHECK(nb_norm(xd, 3, dm, nd, false)), NBT_CHECK(nb_norm(x, 3, dm, nd, false)), rtol * 10, w);
+        }
+        for (int64_t dim = 0; dim < 3; dim++) {
+            nb_tensor *ih, *id;
+            close_to(NBT_CHECK(nb_max_dim(xsd, dim, false, &id)), NBT_CHECK(nb_max_dim(xs, dim, false, &ih)), 0, "max");
+            close_to(id, ih, 0, "max indices");
+            close_to(NBT_CHECK(nb_min_dim(xd, dim, true, &id)), NBT_CHECK(nb_min_dim(x, dim, true, &ih)), 0, "min");
+            close_to(id, ih, 0, "min indices");
+            close_to(NBT_CHECK(nb_argmax(xd, dim, false)), NBT_CHECK(nb_argmax(x, dim, false)), 0, "argmax");
+        }
+        close_to(NBT_CHECK(nb_max(xd)), NBT_CHECK(nb_max(x)), 0, "max all");
+        nb_scope_end(s);
+    }
+    /* NaN wins max, at its first position; ties give the first position */
+    nb_scope *s = nb_scope_begin();
+    double v[6] = {1, 5, NAN, 5, NAN, 0};
+    int64_t n6[1] = {6};
+    nb_tensor *h, *ih, *id;
+    nb_tensor_params p64 = nb_tensor_params_default();
+    p64.dtype = NB_FLOAT64;
+    h = NBT_CHECK(nb_tensor_from_data(v, n6, 1, &p64));
+    close_to(NBT_CHECK(nb_max_dim(cuda(h), 0, false, &id)), NBT_CHECK(nb_max_dim(h, 0, false, &ih)), 0, "nan max");
+    close_to(id, ih, 0, "nan max index");
+    nb_scope_end(s);
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64};
+    for (size_t d = 0; d < 2; d++) {
+        nb_scope *s = nb_scope_begin();
+        double rtol = dts[d] == NB_FLOAT32 ? 1e-4 : 1e-11;
+        int64_t sa[3] = {3, 33, 17}, sb[3] = {3, 17, 40}, sbt[3] = {3, 40, 17}, sat[3] = {3, 17, 33};
+        nb_tensor *a = randn(sa, 3, dts[d]), *b = randn(sb, 3, dts[d]);
+        nb_tensor *at = NBT_CHECK(nb_transpose(randn(sat, 3, dts[d]), 1, 2));
+        nb_tensor *bt = NBT_CHECK(nb_transpose(randn(sbt, 3, dts[d]), 1, 2));
+        close_to(NBT_CHECK(nb_bmm(cuda(a), cuda(b))), NBT_CHECK(nb_bmm(a, b)), rtol, "bmm");
+        close_to(NBT_CHECK(nb_bmm(cuda(NBT_CHECK(nb_contiguous(at))), cuda(b))), NBT_CHECK(nb_bmm(at, b)), rtol,
+                 "bmm a contiguous copy");
+        /* transposed operands stay transposed on the device */
+        nb_tensor *atd = NBT_CHECK(nb_transpose(cuda(NBT_CHECK(nb_transpose(at, 1, 2))), 1, 2));
+        nb_tensor *btd = NBT_CHECK(nb_transpose(cuda(NBT_CHECK(nb_transpose(bt, 1, 2))), 1, 2));
+        close_to(NBT_CHECK(nb_bmm(atd, btd)), NBT_CHECK(nb_bmm(at, bt)), rtol, "bmm transposed");
+        /* a strided operand (every other column) and a broadcast one through matmul */
+        int64_t sw[2] = {17, 80};
+        nb_tensor *w = randn(sw, 2, dts[d]);
+        nb_tensor *ws = NBT_CHECK(nb_slice(w, 1, 0, 80, 2)), *wsd = NBT_CHECK(nb_slice(cuda(w), 1, 0, 80, 2));
+        close_to(NBT_CHECK(nb_matmul(cuda(a), wsd)), NBT_CHECK(nb_matmul(a, ws)), rtol, "matmul strided");
+        int64_t sv[1] = {17};
+        nb_tensor *v = randn(sv, 1, dts[d]);
+        close_to(NBT_CHECK(nb_matmul(cuda(a), cuda(v))), NBT_CHECK(nb_matmul(a, v)), rtol, "matmul vector");
+        nb_scope_end(s);
+    }
+    /* TF32: close to float32 at TF32's precision, and off again afterwards */
+    nb_scope *s = nb_scope_begin();
+    int64_t sm[2] = {256, 256};
+    nb_tensor *a = randn(sm, 2, NB_FLOAT32), *b = randn(sm, 2, NB_FLOAT32);
+    nb_tensor *want = NBT_CHECK(nb_mm(a, b));
+    nb_cuda_set_allow_tf32(true);
+    assert_true(nb_cuda_get_allow_tf32());
+    close_to(NBT_CHECK(nb_mm(cuda(a), cuda(b))), want, 1e-2, "tf32 mm");
+    nb_cuda_set_allow_tf32(false);
+    close_to(NBT_CHECK(nb_mm(cuda(a), cuda(b))), want, 1e-4, "fp32 mm");
+    int64_t si[2] = {4, 4};
+    nb_tensor_params pi = nb_tensor_params_default();
+    pi.dtype = NB_INT64;
+    pi.device = CUDA0;
+    nb_tensor *ii = NBT_CHECK(nb_ones(si, 2, &pi));
+    NBT_FAILS(nb_mm(ii, ii) == NULL, NB_ERR_DTYPE, "bmm", "int64", "CUDA", NULL);
+    nb_scope_end(s);
+}
+
+/* Linear -> relu -> linear -> mse: forward, loss and every gradient on the device equal the
+ * CPU's. */
+static void test_autograd_mlp(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sx[2] = {64, 20}, s1[2] = {32, 20}, sb1[1] = {32}, s2[2] = {5, 32}, sb2[1] = {5}, sy[2] = {64, 5};
+    nb_tensor *hp[6] = {randn(sx, 2, NB_FLOAT64), randn(s1, 2, NB_FLOAT64), randn(sb1, 1, NB_FLOAT64),
+                        randn(s2, 2, NB_FLOAT64), randn(sb2, 1, NB_FLOAT64), randn(sy, 2, NB_FLOAT64)};
+    nb_tensor *h[6], *d[6];
+    for (int i = 0; i < 6; i++) {
+        h[i] = nbt_leaf(hp[i]);
+        d[i] = NBT_CHECK(nb_tensor_retain(cuda(hp[i])));
+        NBT_OK(nb_tensor_set_requires_grad(d[i], true));
+    }
+    nb_tensor *lh = NBT_CHECK(nb_mse_loss(NBT_CHECK(nb_linear(NBT_CHECK(nb_relu(NBT_CHECK(nb_linear(h[0], h[1], h[2])))), h[3], h[4])), h[5], NB_REDUCE_MEAN));
+    nb_tensor *ld = NBT_CHECK(nb_mse_loss(NBT_CHECK(nb_linear(NBT_CHECK(nb_relu(NBT_CHECK(nb_linear(d[0], d[1], d[2])))), d[3], d[4])), d[5], NB_REDUCE_MEAN));
+    close_to(ld, lh, 1e-12, "loss");
+    NBT_OK(nb_backward(lh, NULL, 0));
+    NBT_OK(nb_backward(ld, NULL, 0));
+    for (int i = 0; i < 6; i++) {
+        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-11, "grad");
+        nb_tensor_free(d[i]);
+    }
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    if (nb_cuda_device_count() == 0) {
+        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_matmul),
+                                       cmocka_unit_test(test_autograd_mlp)};
+    return NBT_RUN(tests);
+}
