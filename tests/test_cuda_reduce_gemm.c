@@ -1,6 +1,7 @@
 /* The CUDA reductions and matrix products against the CPU's results: every reduction over
  * several dim sets (strided input included), max/min with their positions, NaN handling; bmm and
- * matmul with transposed, strided and broadcast operands in float32/float64, the TF32 switch; and
+ * matmul with transposed, strided and broadcast operands in float32/float64, the TF32 switch;
+ * softmax, log_softmax (and backward), cumsum and where; and
  * autograd of a small network (linear, relu, mse) on the device equal to the CPU's gradients.
  * Exits 77 (ctest: Skipped) on a machine without a GPU. */
 #include <math.h>
@@ -130,6 +131,39 @@ static void test_matmul(void **state)
     nb_scope_end(s);
 }
 
+/* softmax / log_softmax with their backward, cumsum, where: against the CPU */
+static void test_lines_and_where(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t shape[3] = {5, 300, 7};
+    for (int dt = 0; dt < 2; dt++) {
+        nb_dtype t = dt ? NB_FLOAT64 : NB_FLOAT32;
+        double rtol = dt ? 1e-12 : 1e-5;
+        nb_tensor *x = randn(shape, 3, t), *g = randn(shape, 3, t);
+        for (int64_t dim = 0; dim < 3; dim++) {
+            nb_tensor *xh = nbt_leaf(x), *xd = NBT_CHECK(nb_tensor_retain(cuda(x)));
+            NBT_OK(nb_tensor_set_requires_grad(xd, true));
+            nb_tensor *yh = NBT_CHECK(nb_log_softmax(xh, dim)), *yd = NBT_CHECK(nb_log_softmax(xd, dim));
+            close_to(yd, yh, rtol, "log_softmax");
+            close_to(NBT_CHECK(nb_softmax(xd, dim)), NBT_CHECK(nb_softmax(xh, dim)), rtol, "softmax");
+            NBT_OK(nb_backward(yh, g, 0));
+            NBT_OK(nb_backward(yd, cuda(g), 0));
+            close_to(nb_tensor_grad(xd), nb_tensor_grad(xh), rtol, "log_softmax backward");
+            nb_tensor_free(xd);
+            close_to(NBT_CHECK(nb_cumsum(cuda(x), dim)), NBT_CHECK(nb_cumsum(x, dim)), rtol, "cumsum");
+        }
+        nb_tensor *c = NBT_CHECK(nb_gt_scalar(x, 0.3));
+        close_to(NBT_CHECK(nb_where(cuda(c), cuda(x), cuda(g))), NBT_CHECK(nb_where(c, x, g)), 0, "where");
+    }
+    int64_t si[2] = {4, 9};
+    nb_tensor_params pi = nb_tensor_params_default();
+    pi.dtype = NB_INT32;
+    nb_tensor *xi = NBT_CHECK(nb_randint(-5, 5, si, 2, &pi));
+    close_to(NBT_CHECK(nb_cumsum(cuda(xi), 1)), NBT_CHECK(nb_cumsum(xi, 1)), 0, "cumsum int32");
+    nb_scope_end(s);
+}
+
 /* Linear -> relu -> linear -> mse: forward, loss and every gradient on the device equal the
  * CPU's. */
 static void test_autograd_mlp(void **state)
@@ -164,6 +198,6 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_matmul),
-                                       cmocka_unit_test(test_autograd_mlp)};
+                                       cmocka_unit_test(test_lines_and_where), cmocka_unit_test(test_autograd_mlp)};
     return NBT_RUN(tests);
 }

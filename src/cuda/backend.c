@@ -10,6 +10,9 @@ FAMILY(binary)
 FAMILY(unary)
 FAMILY(reduce)
 FAMILY(gemm)
+FAMILY(softmax)
+FAMILY(cumsum)
+FAMILY(where)
 #undef FAMILY
 
 static int cuda_count(void) { return nb__cuda_count(); }
@@ -46,10 +49,10 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define random NULL
 #define binary nb_cuda_k_binary
 #define unary nb_cuda_k_unary
-#define where NULL
+#define where nb_cuda_k_where
 #define reduce nb_cuda_k_reduce
-#define softmax NULL
-#define cumsum NULL
+#define softmax nb_cuda_k_softmax
+#define cumsum nb_cuda_k_cumsum
 #define gemm nb_cuda_k_gemm
 #define index NULL
 #define sort NULL

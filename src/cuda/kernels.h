@@ -52,6 +52,23 @@ typedef struct nb_cuda_reduce_plan {
 cudaError_t nb_cuda_launch_reduce(int op, const nb_cuda_reduce_plan *p, double s0, int64_t i0, bool flag,
                                   cudaStream_t s);
 
+/* Lines along one dim for up to 3 operands (0 = out, then inputs): the other dims' shape and
+ * each operand's strides over them, the length D and each operand's stride along the dim. */
+typedef struct nb_cuda_lines {
+    void *data[3];
+    int nd;
+    int64_t shape[NB_CUDA_MAX_DIMS], st[3][NB_CUDA_MAX_DIMS];
+    int64_t D, sd[3], n;
+} nb_cuda_lines;
+
+/* SOFTMAX, LOG_SOFTMAX (data = out, x), their backward (data = out, g, y); float32/float64. */
+cudaError_t nb_cuda_launch_softmax(int op, const nb_cuda_lines *p, int dtype, cudaStream_t s);
+/* CUMSUM (data = out, x); reverse: sums from the end. */
+cudaError_t nb_cuda_launch_cumsum(const nb_cuda_lines *p, int in_dtype, int out_dtype, bool reverse, cudaStream_t s);
+/* WHERE: out = cond ? x : y, all described over out's shape; elem_size: out's element size. */
+cudaError_t nb_cuda_launch_where(const nb_cuda_desc *out, const nb_cuda_desc *cond, const nb_cuda_desc *x,
+                                 const nb_cuda_desc *y, int elem_size, int64_t n, cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,

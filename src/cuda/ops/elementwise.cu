@@ -401,3 +401,28 @@ extern "C" cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, con
     BY_DTYPE(x->dtype, CALL)
 #undef CALL
 }
+
+namespace {
+template <typename E> __global__ void where_kernel(E *out, Operand o, Operand c, Operand x, Operand y, int64_t n)
+{
+    const bool *pc = (const bool *)c.data;
+    const E *px = (const E *)x.data, *py = (const E *)y.data;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[index_of(i, o)] = pc[index_of(i, c)] ? px[index_of(i, x)] : py[index_of(i, y)];
+}
+} // namespace
+
+// Selection only moves bytes: one kernel per element size.
+extern "C" cudaError_t nb_cuda_launch_where(const nb_cuda_desc *out, const nb_cuda_desc *cond, const nb_cuda_desc *x,
+                                            const nb_cuda_desc *y, int elem_size, int64_t n, cudaStream_t st)
+{
+    Operand o = operand(out), c = operand(cond), a = operand(x), b = operand(y);
+    switch (elem_size) {
+    case 1: where_kernel<uint8_t><<<grid_for(n), 256, 0, st>>>((uint8_t *)out->data, o, c, a, b, n); break;
+    case 2: where_kernel<uint16_t><<<grid_for(n), 256, 0, st>>>((uint16_t *)out->data, o, c, a, b, n); break;
+    case 4: where_kernel<uint32_t><<<grid_for(n), 256, 0, st>>>((uint32_t *)out->data, o, c, a, b, n); break;
+    case 8: where_kernel<uint64_t><<<grid_for(n), 256, 0, st>>>((uint64_t *)out->data, o, c, a, b, n); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}

@@ -1,0 +1,135 @@
+// CUDA kernels over lines (the 1-D slices along one dim): softmax and log_softmax with their
+// backward (one block per line, double accumulation and the CPU's NaN rule: a NaN makes its line
+// NaN), and cumsum (one thread per line, a sequential scan in double / int64 as the CPU does).
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/kernels.h"
+
+namespace {
+
+enum { F32 = 0, F64, I64, I32, U8, BOOL };
+constexpr int THREADS = 256;
+
+__device__ __forceinline__ int64_t line_base(int64_t l, const nb_cuda_lines &p, int op)
+{
+    int64_t off = 0;
+    for (int k = p.nd - 1; k >= 0; k--) {
+        off += (l % p.shape[k]) * p.st[op][k];
+        l /= p.shape[k];
+    }
+    return off;
+}
+
+__device__ double block_reduce(double v, double *sh, bool is_max)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            double a = sh[threadIdx.x], b = sh[threadIdx.x + s];
+            sh[threadIdx.x] = is_max ? (a != a || b != b ? NAN : (a > b ? a : b)) : a + b;
+        }
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+template <typename T> __global__ void softmax_fwd(nb_cuda_lines p, bool log_form)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t l = blockIdx.x; l < p.n; l += gridDim.x) {
+        T *o = (T *)p.data[0] + line_base(l, p, 0);
+        const T *x = (const T *)p.data[1] + line_base(l, p, 1);
+        double m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
+            double v = x[j * p.sd[1]];
+            m = m != m || v != v ? NAN : (v > m ? v : m);
+        }
+        m = block_reduce(m, sh, true);
+        double shift = isinf(m) ? 0 : m, s = 0;
+        for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) s += exp((double)x[j * p.sd[1]] - shift);
+        s = block_reduce(s, sh, false);
+        double ls = log(s);
+        for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
+            double v = (double)x[j * p.sd[1]] - shift;
+            o[j * p.sd[0]] = (T)(log_form ? v - ls : exp(v) / s);
+        }
+    }
+}
+
+// SOFTMAX_BACKWARD: y (g - sum(g y)); LOG_SOFTMAX_BACKWARD: g - exp(y) sum(g)
+template <typename T> __global__ void softmax_bwd(nb_cuda_lines p, bool log_form)
+{
+    __shared__ double sh[THREADS];
+    for (int64_t l = blockIdx.x; l < p.n; l += gridDim.x) {
+        T *o = (T *)p.data[0] + line_base(l, p, 0);
+        const T *g = (const T *)p.data[1] + line_base(l, p, 1), *y = (const T *)p.data[2] + line_base(l, p, 2);
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
+            double gv = g[j * p.sd[1]];
+            s += log_form ? gv : gv * (double)y[j * p.sd[2]];
+        }
+        s = block_reduce(s, sh, false);
+        for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
+            double gv = g[j * p.sd[1]], yv = y[j * p.sd[2]];
+            o[j * p.sd[0]] = (T)(log_form ? gv - exp(yv) * s : yv * (gv - s));
+        }
+    }
+}
+
+template <typename TI, typename TO, typename ACC> __global__ void cumsum_kernel(nb_cuda_lines p, bool reverse)
+{
+    for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < p.n; l += (int64_t)gridDim.x * blockDim.x) {
+        TO *o = (TO *)p.data[0] + line_base(l, p, 0);
+        const TI *x = (const TI *)p.data[1] + line_base(l, p, 1);
+        ACC acc = 0;
+        for (int64_t k = 0; k < p.D; k++) {
+            int64_t j = reverse ? p.D - 1 - k : k;
+            acc += (ACC)x[j * p.sd[1]];
+            o[j * p.sd[0]] = (TO)acc;
+        }
+    }
+}
+
+unsigned blocks_for(int64_t n) { return (unsigned)(n < (1 << 20) ? n : (1 << 20)); }
+
+} // namespace
+
+extern "C" cudaError_t nb_cuda_launch_softmax(int op, const nb_cuda_lines *p, int dtype, cudaStream_t s)
+{
+    if (p->n == 0 || p->D == 0) return cudaSuccess;
+    bool back = op == NB_CUDA_OP_SOFTMAX_BACKWARD || op == NB_CUDA_OP_LOG_SOFTMAX_BACKWARD;
+    bool log_form = op == NB_CUDA_OP_LOG_SOFTMAX || op == NB_CUDA_OP_LOG_SOFTMAX_BACKWARD;
+    unsigned g = blocks_for(p->n);
+    if (dtype == F32) {
+        if (back) softmax_bwd<float><<<g, THREADS, 0, s>>>(*p, log_form);
+        else softmax_fwd<float><<<g, THREADS, 0, s>>>(*p, log_form);
+    } else if (dtype == F64) {
+        if (back) softmax_bwd<double><<<g, THREADS, 0, s>>>(*p, log_form);
+        else softmax_fwd<double><<<g, THREADS, 0, s>>>(*p, log_form);
+    } else {
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t nb_cuda_launch_cumsum(const nb_cuda_lines *p, int in_dtype, int out_dtype, bool reverse,
+                                             cudaStream_t s)
+{
+    if (p->n == 0 || p->D == 0) return cudaSuccess;
+    unsigned g = (unsigned)((p->n + 255) / 256 < 65535 * 8 ? (p->n + 255) / 256 : 65535 * 8);
+    switch (in_dtype) {
+    case F32: cumsum_kernel<float, float, double><<<g, 256, 0, s>>>(*p, reverse); break;
+    case F64: cumsum_kernel<double, double, double><<<g, 256, 0, s>>>(*p, reverse); break;
+    case I64: cumsum_kernel<int64_t, int64_t, int64_t><<<g, 256, 0, s>>>(*p, reverse); break;
+    case I32: cumsum_kernel<int32_t, int64_t, int64_t><<<g, 256, 0, s>>>(*p, reverse); break;
+    case U8: cumsum_kernel<uint8_t, int64_t, int64_t><<<g, 256, 0, s>>>(*p, reverse); break;
+    case BOOL: cumsum_kernel<bool, int64_t, int64_t><<<g, 256, 0, s>>>(*p, reverse); break;
+    default: return cudaErrorInvalidValue;
+    }
+    (void)out_dtype; // the entry allocates float outputs for float inputs, int64 for the rest
+    return cudaGetLastError();
+}
