@@ -1,7 +1,8 @@
 /* The CUDA reductions and matrix products against the CPU's results: every reduction over
  * several dim sets (strided input included), max/min with their positions, NaN handling; bmm and
  * matmul with transposed, strided and broadcast operands in float32/float64, the TF32 switch;
- * softmax, log_softmax (and backward), cumsum and where; and
+ * softmax, log_softmax (and backward), cumsum and where; random numbers equal to the CPU's for a
+ * seed; and
  * autograd of a small network (linear, relu, mse) on the device equal to the CPU's gradients.
  * Exits 77 (ctest: Skipped) on a machine without a GPU. */
 #include <math.h>
@@ -164,6 +165,42 @@ static void test_lines_and_where(void **state)
     nb_scope_end(s);
 }
 
+/* The same seed gives the same numbers on both devices (core/philox_impl.h's layout) */
+static void test_random(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t shape[2] = {37, 53};
+    const nb_dtype fts[] = {NB_FLOAT32, NB_FLOAT64};
+    for (int k = 0; k < 2; k++) {
+        nb_tensor_params ph = nb_tensor_params_default(), pd = ph;
+        ph.dtype = pd.dtype = fts[k];
+        pd.device = CUDA0;
+        nb_manual_seed(7);
+        nb_tensor *uh = NBT_CHECK(nb_rand(shape, 2, &ph)), *nh = NBT_CHECK(nb_randn(shape, 2, &ph));
+        nb_manual_seed(7);
+        nb_tensor *ud = NBT_CHECK(nb_rand(shape, 2, &pd)), *nd = NBT_CHECK(nb_randn(shape, 2, &pd));
+        close_to(ud, uh, 0, "rand: bit for bit");
+        close_to(nd, nh, fts[k] == NB_FLOAT32 ? 1e-5 : 1e-13, "randn: up to libm's last bits");
+        nb_manual_seed(9);
+        nb_tensor *bh = NBT_CHECK(nb_bernoulli(uh, NULL));
+        nb_manual_seed(9);
+        close_to(NBT_CHECK(nb_bernoulli(ud, NULL)), bh, 0, "bernoulli");
+    }
+    nb_tensor_params pi = nb_tensor_params_default(), pid = pi;
+    pi.dtype = pid.dtype = NB_INT64;
+    pid.device = CUDA0;
+    nb_manual_seed(3);
+    nb_tensor *ih = NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pi));
+    nb_manual_seed(3);
+    close_to(NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pid)), ih, 0, "randint");
+    nb_tensor_params pf = nb_tensor_params_default();
+    pf.device = CUDA0;
+    nb_tensor *bad = NBT_CHECK(nb_full(shape, 2, 1.5, &pf));
+    NBT_FAILS(nb_bernoulli(bad, NULL) == NULL, NB_ERR_INVALID_ARG, "bernoulli", "[0, 1]", NULL);
+    nb_scope_end(s);
+}
+
 /* Linear -> relu -> linear -> mse: forward, loss and every gradient on the device equal the
  * CPU's. */
 static void test_autograd_mlp(void **state)
@@ -198,6 +235,7 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_matmul),
-                                       cmocka_unit_test(test_lines_and_where), cmocka_unit_test(test_autograd_mlp)};
+                                       cmocka_unit_test(test_lines_and_where), cmocka_unit_test(test_random),
+                                       cmocka_unit_test(test_autograd_mlp)};
     return NBT_RUN(tests);
 }

@@ -13,6 +13,7 @@ FAMILY(gemm)
 FAMILY(softmax)
 FAMILY(cumsum)
 FAMILY(where)
+FAMILY(random)
 #undef FAMILY
 
 static int cuda_count(void) { return nb__cuda_count(); }
@@ -46,7 +47,7 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define none NULL
 #define copy nb_cuda_k_copy
 #define fill nb_cuda_k_fill
-#define random NULL
+#define random nb_cuda_k_random
 #define binary nb_cuda_k_binary
 #define unary nb_cuda_k_unary
 #define where nb_cuda_k_where

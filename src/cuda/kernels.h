@@ -69,6 +69,13 @@ cudaError_t nb_cuda_launch_cumsum(const nb_cuda_lines *p, int in_dtype, int out_
 cudaError_t nb_cuda_launch_where(const nb_cuda_desc *out, const nb_cuda_desc *cond, const nb_cuda_desc *x,
                                  const nb_cuda_desc *y, int elem_size, int64_t n, cudaStream_t s);
 
+/* RAND, RANDN, RANDINT (low, range = high - low mod 2^64), BERNOULLI (probs of out's shape; the
+ * first bad element index goes to the device word *bad by atomicMin): Philox with the CPU layout,
+ * `per` elements per counter. */
+cudaError_t nb_cuda_launch_random(int op, const nb_cuda_desc *out, const nb_cuda_desc *probs, uint64_t seed,
+                                  uint64_t offset, int per, int64_t n, int64_t low, uint64_t range,
+                                  unsigned long long *bad, cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,
