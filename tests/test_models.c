@@ -114,13 +114,19 @@ static void test_zoo_backward(void **state)
 static void test_zoo_names_and_errors(void **state)
 {
     (void)state;
-    const char *names[8];
-    assert_int_equal(nb_model_names(NULL, 0), 5);
-    assert_int_equal(nb_model_names(names, 2), 5);
+    /* the five models of this file, then the six DLBench networks (test_dlbench_models.c) */
+    const char *names[16];
+    assert_int_equal(nb_model_names(NULL, 0), 11);
+    assert_int_equal(nb_model_names(names, 2), 11);
     assert_string_equal(names[0], "mlp");
-    assert_int_equal(nb_model_names(names, 8), 5);
+    assert_int_equal(nb_model_names(names, 16), 11);
     assert_string_equal(names[2], "cnn");
     assert_string_equal(names[4], "resnet56");
+    for (int i = 0; i < 11; i++) {
+        nb_clear_error();
+        assert_true(nb_model_create(names[i], 1, 1, 0, 10, NULL) == NULL); /* every name is known: its */
+        assert_null(strstr(nb_last_error(), "unknown model"));             /* error is about the size */
+    }
     NBT_FAILS(nb_model_create("vgg99", 1, 28, 28, 10, NULL) == NULL, NB_ERR_INVALID_ARG, "unknown model", "vgg99",
               NULL);
     NBT_FAILS(nb_model_create(NULL, 1, 28, 28, 10, NULL) == NULL, NB_ERR_INVALID_ARG, "NULL name", NULL);

@@ -1,5 +1,6 @@
 /* The model zoo (nabla/models.h): mlp, lenet5, cnn, resnet20, resnet56, built from modules with
- * the state-dict names of the PyTorch definitions in tests/ref/cases_models.py.
+ * the state-dict names of the PyTorch definitions in tests/ref/cases_models.py; and the DLBench
+ * networks fcn-s, alexnet-s, resnet-50, fcn-r, alexnet-r, resnet-56 (models_dlbench.c).
  *
  * cnn (the `nabla train` default, for 28x28 Fashion-MNIST):
  *   features: conv(C,32,3,p1) BN ReLU maxpool2 conv(32,64,3,p1) BN ReLU maxpool2
@@ -10,6 +11,8 @@
  * channels), conv3x3-BN-ReLU-conv3x3-BN plus the shortcut, ReLU after the add; when the shape
  * changes the shortcut is option B: 1x1 conv (stride 2, no bias) + BN, named shortcut.0/1.
  * Then global average pooling and fc = Linear(64, classes). Convolutions have no bias. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,8 +21,14 @@
 #include "nabla/models.h"
 #include "nabla/ops.h"
 
-static const char *const model_names[] = {"mlp", "lenet5", "cnn", "resnet20", "resnet56"};
+static const char *const model_names[] = {"mlp",       "lenet5",    "cnn",       "resnet20",
+                                          "resnet56",  "fcn-s",     "alexnet-s", "resnet-50",
+                                          "fcn-r",     "alexnet-r", "resnet-56"};
 #define N_MODELS ((int)(sizeof model_names / sizeof *model_names))
+
+/* The DLBench networks (models_dlbench.c): *known says whether name is one of them. */
+nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,
+                             const nb_tensor_params *p, bool *known);
 
 int nb_model_names(const char **out, int cap)
 {
@@ -193,6 +202,13 @@ nb_module *nb_model_create(const char *name, int64_t in_channels, int64_t height
     if (!strcmp(name, "cnn")) return cnn(in_channels, height, width, num_classes, p);
     if (!strcmp(name, "resnet20")) return resnet(3, in_channels, num_classes, p);
     if (!strcmp(name, "resnet56")) return resnet(9, in_channels, num_classes, p);
-    return nb__err_null(NB_ERR_INVALID_ARG,
-                        "model_create: unknown model '%s' (known: mlp, lenet5, cnn, resnet20, resnet56)", name);
+    bool known = false;
+    nb_module *m = nb__model_dlbench(name, in_channels, height, width, num_classes, p, &known);
+    if (known) return m;
+    char list[256] = "";
+    for (int i = 0; i < N_MODELS; i++) {
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", model_names[i]);
+    }
+    return nb__err_null(NB_ERR_INVALID_ARG, "model_create: unknown model '%s' (known: %s)", name, list);
 }
