@@ -14,6 +14,7 @@ FAMILY(softmax)
 FAMILY(cumsum)
 FAMILY(where)
 FAMILY(random)
+FAMILY(index)
 #undef FAMILY
 
 static int cuda_count(void) { return nb__cuda_count(); }
@@ -55,7 +56,7 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define softmax nb_cuda_k_softmax
 #define cumsum nb_cuda_k_cumsum
 #define gemm nb_cuda_k_gemm
-#define index NULL
+#define index nb_cuda_k_index
 #define sort NULL
 #define conv NULL
 #define pool NULL

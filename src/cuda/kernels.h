@@ -76,6 +76,28 @@ cudaError_t nb_cuda_launch_random(int op, const nb_cuda_desc *out, const nb_cuda
                                   uint64_t offset, int per, int64_t n, int64_t low, uint64_t range,
                                   unsigned long long *bad, cudaStream_t s);
 
+/* The index family's walk: every position p of `shape`; v = the index at p (idx_1d: at p[dim]
+ * of a 1-D index); out at p (with p[dim] = v when sub_out), a (self or src) at p (with
+ * p[dim] = v when sub_a). mode: copy a, store the value `bits`, masked fill (idx is the bool
+ * mask over shape), or one-hot (out[p, v] = 1, st_last = out's last stride). */
+enum { NB_CUDA_INDEX_COPY = 0, NB_CUDA_INDEX_VALUE, NB_CUDA_INDEX_MASK, NB_CUDA_INDEX_ONE_HOT };
+typedef struct nb_cuda_index_args {
+    int mode, ndim, dim, dtype, es;
+    bool idx_1d, idx_i32, sub_out, sub_a;
+    int64_t shape[NB_CUDA_MAX_DIMS], st_out[NB_CUDA_MAX_DIMS], st_a[NB_CUDA_MAX_DIMS], st_idx[NB_CUDA_MAX_DIMS];
+    int64_t st_last, n;
+    void *out;
+    const void *a, *idx;
+    uint64_t bits;
+} nb_cuda_index_args;
+
+/* Writes into *bad (device) the lowest linear position of idx (int64/int32, strided, n elements)
+ * holding a value outside [0, size). */
+cudaError_t nb_cuda_launch_index_check(const nb_cuda_desc *idx, int64_t n, int64_t size, unsigned long long *bad,
+                                       cudaStream_t s);
+/* add: the accumulating form (atomics; float32/float64/int64/int32). */
+cudaError_t nb_cuda_launch_index(const nb_cuda_index_args *a, bool add, cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,
