@@ -2,6 +2,7 @@
 #ifndef NB_DISPATCH_IMPL_H
 #define NB_DISPATCH_IMPL_H
 
+#include "core/optim_batch.h"
 #include "core/tensor_impl.h"
 
 typedef enum nb_op {
@@ -43,6 +44,9 @@ typedef struct nb_backend {
     nb_status (*copy_from_host)(int index, void *dst, const void *src, size_t nbytes);
     nb_status (*synchronize)(int index);
     nb_status (*memory_stats)(int index, nb_memory_stats *out);
+    /* One fused optimizer step over a batch of parameters (NULL: the CPU, whose optimizers run
+     * their own loops in src/optim/). */
+    nb_status (*fused_optim)(int index, const nb_optim_batch *b);
     nb_kernel_fn kernels[NB_OP_COUNT];
 } nb_backend;
 

@@ -17,6 +17,8 @@ FAMILY(random)
 FAMILY(index)
 #undef FAMILY
 
+nb_status nb__cuda_fused_optim(int index, const nb_optim_batch *b);
+
 static int cuda_count(void) { return nb__cuda_count(); }
 
 /* Copies with pageable host memory: queued on the current stream, then waited for, since the
@@ -72,6 +74,7 @@ const nb_backend nb__cuda_backend = {
     .copy_from_host = cuda_from_host,
     .synchronize = cuda_sync,
     .memory_stats = nb__cuda_memory_stats,
+    .fused_optim = nb__cuda_fused_optim,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,
 #include "core/ops.def"

@@ -98,6 +98,18 @@ cudaError_t nb_cuda_launch_index_check(const nb_cuda_desc *idx, int64_t n, int64
 /* add: the accumulating form (atomics; float32/float64/int64/int32). */
 cudaError_t nb_cuda_launch_index(const nb_cuda_index_args *a, bool add, cudaStream_t s);
 
+/* The fused optimizer step: chunks of NB_CUDA_OPTIM_CHUNK elements of the batch's entries, the
+ * entries and chunks in device memory. */
+#define NB_CUDA_OPTIM_CHUNK 65536
+typedef struct nb_cuda_chunk {
+    int32_t entry;
+    int64_t start;
+} nb_cuda_chunk;
+struct nb_optim_batch;
+struct nb_optim_entry;
+cudaError_t nb_cuda_launch_optim(const struct nb_optim_batch *b, const struct nb_optim_entry *dev_entries,
+                                 const nb_cuda_chunk *dev_chunks, int64_t nchunks, cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,

@@ -35,7 +35,7 @@ enum { EXP_AVG, EXP_AVG_SQ, MAX_EXP_AVG_SQ };
         }                                                                                       \
     } while (0)
 
-static nb_status adam_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+static nb_status adam_prepare(nb_optim *o, int idx, nb_optim_entry *e)
 {
     nb__pstate *s = &o->st[idx];
     for (int b = 0; b < 3; b++)
@@ -43,12 +43,20 @@ static nb_status adam_update(nb_optim *o, int idx, nb_tensor *param, const nb_te
     s->started = true;
     s->step++;
     double t = (double)s->step;
-    double step_size = o->lr / (1 - pow(o->betas[0], t));
-    double bias2_sqrt = sqrt(1 - pow(o->betas[1], t));
+    e->step_size = o->lr / (1 - pow(o->betas[0], t));
+    e->bias2_sqrt = sqrt(1 - pow(o->betas[1], t));
+    for (int b = 0; b < 3; b++) e->buf[b] = s->buf[b] ? nb__data(s->buf[b]) : NULL;
+    return NB_OK;
+}
+
+static nb_status adam_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+{
+    nb_optim_entry e = {0};
+    NB_TRY(adam_prepare(o, idx, &e));
+    double step_size = e.step_size, bias2_sqrt = e.bias2_sqrt;
     int64_t n = nb__numel(param->shape, param->ndim);
     int nt = nb__optim_threads(n);
-    char *pd = nb__data(param), *md = nb__data(s->buf[EXP_AVG]), *vd = nb__data(s->buf[EXP_AVG_SQ]);
-    char *xd = s->buf[MAX_EXP_AVG_SQ] ? nb__data(s->buf[MAX_EXP_AVG_SQ]) : NULL;
+    char *pd = nb__data(param), *md = e.buf[EXP_AVG], *vd = e.buf[EXP_AVG_SQ], *xd = e.buf[MAX_EXP_AVG_SQ];
     const char *gd = nb__data(grad);
     bool decoupled = o->kind == NB__ADAMW, use_wd = o->weight_decay != 0;
     if (param->dtype == NB_FLOAT32)
@@ -103,6 +111,8 @@ static nb_optim *make(const char *op, nb_tensor *const *params, int n, const nb_
     nb__optim_add_hyper(o, "weight_decay", &o->weight_decay, 1);
     nb__optim_add_hyper(o, "amsgrad", &o->amsgrad, 1);
     o->update = adam_update;
+    o->prepare = adam_prepare;
+    o->batch_kind = decoupled ? NB_OPTIM_ADAMW : NB_OPTIM_ADAM;
     return o;
 }
 

@@ -3,9 +3,17 @@
 
 #include "optim/optim_impl.h"
 
-/* sum |g|^p (or max |g| when p is infinite) over a contiguous CPU tensor, in float64. */
+/* sum |g|^p (or max |g| when p is infinite) over a contiguous tensor, in float64. On a device:
+ * its norm op, read back (the one wait of clipping, as in PyTorch's clip_grad_norm_). NaN when the
+ * norm cannot be computed (error set). */
 static double accumulate(const nb_tensor *g, double p)
 {
+    if (g->storage->device.type != NB_DEVICE_CPU) {
+        double v = NAN;
+        nb_tensor *t = nb_norm(g, p, NULL, 0, false);
+        if (!t || nb_item(t, &v) != NB_OK) return NAN;
+        return isinf(p) ? v : pow(v, p);
+    }
     int64_t n = nb__numel(g->shape, g->ndim);
     double acc = 0;
     if (g->dtype == NB_FLOAT32) {
@@ -33,8 +41,6 @@ static nb_status check_grads(const char *op, nb_tensor *const *params, int n)
         if (!g) continue;
         if (g->dtype != NB_FLOAT32 && g->dtype != NB_FLOAT64)
             return nb__err(NB_ERR_DTYPE, "%s: the grad of params[%d] has dtype %s", op, i, nb_dtype_name(g->dtype));
-        if (g->storage->device.type != NB_DEVICE_CPU)
-            return nb__err(NB_ERR_UNSUPPORTED, "%s: the grad of params[%d] is not on the CPU", op, i);
     }
     return NB_OK;
 }
@@ -58,7 +64,12 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
             st = nb_last_status();
             break;
         }
+        nb_clear_error();
         double a = accumulate(g, norm_type);
+        if (isnan(a) && nb_last_status() != NB_OK) {
+            st = nb_last_status();
+            break;
+        }
         total = isinf(norm_type) ? (a > total || isnan(a) ? a : total) : total + a;
     }
     if (!isinf(norm_type)) total = norm_type == 2 ? sqrt(total) : pow(total, 1 / norm_type);

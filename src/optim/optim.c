@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dispatch_impl.h"
 #include "cpu/cpu_impl.h"
 #include "optim/optim_impl.h"
 
@@ -23,9 +24,13 @@ static nb_status check_param(const char *op, const nb_tensor *t, int i)
                        nb_dtype_name(t->dtype));
     if (!t->requires_grad)
         return nb__err(NB_ERR_INVALID_ARG, "%s: params[%d] does not require grad", op, i);
-    if (t->storage->device.type != NB_DEVICE_CPU)
-        return nb__err(NB_ERR_UNSUPPORTED, "%s: params[%d] is not on the CPU (only CPU parameters are supported)",
-                       op, i);
+    if (t->storage->device.type != NB_DEVICE_CPU) {
+        const nb_backend *be = nb__backend(t->storage->device);
+        if (!be) return nb_last_status();
+        if (!be->fused_optim)
+            return nb__err(NB_ERR_UNSUPPORTED, "%s: params[%d] is on %s, which has no optimizer kernels", op, i,
+                           be->name);
+    }
     if (!nb__is_contiguous(t))
         return nb__err(NB_ERR_INVALID_ARG, "%s: params[%d] is not contiguous", op, i);
     return NB_OK;
@@ -61,8 +66,12 @@ nb_status nb__optim_ensure_buf(nb_optim *o, int i, int b)
     const nb_tensor *p = o->params[i];
     s->buf[b] = nb__tensor_new(p->shape, p->ndim, p->dtype, p->storage->device);
     if (!s->buf[b]) return nb_last_status();
-    memset(nb__data(s->buf[b]), 0, (size_t)nb__numel(p->shape, p->ndim) * nb_dtype_size(p->dtype));
-    return NB_OK;
+    if (p->storage->device.type == NB_DEVICE_CPU) {
+        memset(nb__data(s->buf[b]), 0, (size_t)nb__numel(p->shape, p->ndim) * nb_dtype_size(p->dtype));
+        return NB_OK;
+    }
+    nb_kargs k = {.out = s->buf[b], .s0 = 0};
+    return nb__dispatch(NB_OP_FILL, &k);
 }
 
 void nb_optim_free(nb_optim *o)
@@ -82,10 +91,57 @@ void nb_optim_free(nb_optim *o)
 static nb_tensor *grad_for_update(const nb_tensor *p)
 {
     nb_tensor *g = p->grad;
-    if (g->storage->device.type != NB_DEVICE_CPU)
-        return nb__err_null(NB_ERR_UNSUPPORTED, "optim step: a gradient is not on the CPU");
+    if (!nb_device_equal(g->storage->device, p->storage->device)) {
+        char a[32], b[32];
+        nb_device_str(g->storage->device, a, sizeof a);
+        nb_device_str(p->storage->device, b, sizeof b);
+        return nb__err_null(NB_ERR_DEVICE, "optim step: a gradient is on %s, its parameter on %s", a, b);
+    }
     if (g->dtype != p->dtype) g = nb_to_dtype(g, p->dtype);
     return g ? nb_contiguous(g) : NULL;
+}
+
+/* The device parameters' entries, grouped into one fused launch per (device, dtype). */
+typedef struct dev_group {
+    nb_device dev;
+    nb_dtype dtype;
+    int count;
+    nb_optim_entry *e;
+} dev_group;
+
+static nb_status run_groups(const nb_optim *o, dev_group *gr, int ng)
+{
+    for (int k = 0; k < ng; k++) {
+        const nb_backend *be = nb__backend(gr[k].dev);
+        if (!be) return nb_last_status();
+        nb_optim_batch b = {.kind = o->batch_kind, .dtype = (int)gr[k].dtype, .e = gr[k].e, .count = gr[k].count,
+                            .lr = o->lr, .momentum = o->momentum, .dampening = o->dampening,
+                            .weight_decay = o->weight_decay, .beta1 = o->betas[0], .beta2 = o->betas[1],
+                            .eps = o->eps, .alpha = o->alpha, .nesterov = o->nesterov != 0,
+                            .centered = o->centered != 0};
+        NB_TRY(be->fused_optim(gr[k].dev.index, &b));
+    }
+    return NB_OK;
+}
+
+/* Adds parameter i (on a device, grad g) to its group's batch. */
+static nb_status add_to_group(nb_optim *o, int i, nb_tensor *p, nb_tensor *g, dev_group *gr, int *ng)
+{
+    int k = 0;
+    while (k < *ng && !(nb_device_equal(gr[k].dev, p->storage->device) && gr[k].dtype == p->dtype)) k++;
+    if (k == *ng) {
+        gr[k] = (dev_group){p->storage->device, p->dtype, 0, calloc((size_t)o->n, sizeof(nb_optim_entry))};
+        if (!gr[k].e) return nb__err(NB_ERR_OOM, "optim step: out of memory");
+        (*ng)++;
+    }
+    nb_optim_entry *e = &gr[k].e[gr[k].count];
+    *e = (nb_optim_entry){0};
+    NB_TRY(o->prepare(o, i, e));
+    e->p = nb__data(p);
+    e->g = nb__data(g);
+    e->n = nb__numel(p->shape, p->ndim);
+    gr[k].count++;
+    return NB_OK;
 }
 
 nb_status nb_optim_step(nb_optim *o)
@@ -94,6 +150,8 @@ nb_status nb_optim_step(nb_optim *o)
     bool prev = nb_set_grad_enabled(false);
     nb_scope *sc = nb_scope_begin();
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "optim step: out of memory");
+    dev_group gr[2 * NB_DEVICE_TYPE_COUNT * 8];
+    int ng = 0;
     for (int i = 0; i < o->n && st == NB_OK; i++) {
         nb_tensor *p = o->params[i];
         if (!p->grad) continue;
@@ -102,9 +160,19 @@ nb_status nb_optim_step(nb_optim *o)
             st = nb_last_status();
             break;
         }
-        st = o->update(o, i, p, g);
+        if (p->storage->device.type == NB_DEVICE_CPU) {
+            st = o->update(o, i, p, g);
+        } else if (ng == (int)(sizeof gr / sizeof *gr)) {
+            st = nb__err(NB_ERR_UNSUPPORTED, "optim step: parameters on more than %d (device, dtype) groups", ng);
+        } else {
+            st = add_to_group(o, i, p, g, gr, &ng);
+        }
         if (st == NB_OK) nb__bump_version(p);
     }
+    /* the grads stay alive until the launches are queued; a device reuses their memory only
+     * for work queued after them */
+    if (st == NB_OK) st = run_groups(o, gr, ng);
+    for (int k = 0; k < ng; k++) free(gr[k].e);
     nb_scope_end(sc);
     nb_set_grad_enabled(prev);
     return st;

@@ -2,6 +2,7 @@
 #ifndef NB_OPTIM_IMPL_H
 #define NB_OPTIM_IMPL_H
 
+#include "core/optim_batch.h"
 #include "core/tensor_impl.h"
 #include "nabla/optim.h"
 
@@ -39,6 +40,10 @@ struct nb_optim {
     bool buf_used[NB_OPTIM_MAX_BUFS]; /* configured: e.g. max_exp_avg_sq only with amsgrad */
     int nhyper;
     nb__hyper hyper[NB_OPTIM_MAX_HYPER];
+    int batch_kind; /* NB_OPTIM_*: the fused device step's formula */
+    /* The state work of one step of parameter i (buffers made, step counted) and its entry's
+     * buffers and scalars; p, g and n are the caller's to fill. */
+    nb_status (*prepare)(nb_optim *o, int i, nb_optim_entry *e);
     /* one update of parameter p (contiguous CPU) with grad g (contiguous, p's dtype) */
     nb_status (*update)(nb_optim *o, int i, nb_tensor *p, const nb_tensor *g);
 };

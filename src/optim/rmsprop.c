@@ -53,18 +53,24 @@ enum { SQUARE_AVG, MOMENTUM_BUFFER, GRAD_AVG };
             RMSPROP_LOOP(T, 0, 0);                                                              \
     } while (0)
 
-static nb_status rmsprop_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+static nb_status rmsprop_prepare(nb_optim *o, int idx, nb_optim_entry *e)
 {
     nb__pstate *s = &o->st[idx];
     for (int b = 0; b < 3; b++)
         if (o->buf_used[b]) NB_TRY(nb__optim_ensure_buf(o, idx, b));
     s->started = true;
     s->step++;
+    for (int b = 0; b < 3; b++) e->buf[b] = s->buf[b] ? nb__data(s->buf[b]) : NULL;
+    return NB_OK;
+}
+
+static nb_status rmsprop_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+{
+    nb_optim_entry e = {0};
+    NB_TRY(rmsprop_prepare(o, idx, &e));
     int64_t n = nb__numel(param->shape, param->ndim);
     int nt = nb__optim_threads(n);
-    char *pd = nb__data(param), *sd = nb__data(s->buf[SQUARE_AVG]);
-    char *bd = s->buf[MOMENTUM_BUFFER] ? nb__data(s->buf[MOMENTUM_BUFFER]) : NULL;
-    char *ad = s->buf[GRAD_AVG] ? nb__data(s->buf[GRAD_AVG]) : NULL;
+    char *pd = nb__data(param), *sd = e.buf[SQUARE_AVG], *bd = e.buf[MOMENTUM_BUFFER], *ad = e.buf[GRAD_AVG];
     const char *gd = nb__data(grad);
     bool use_wd = o->weight_decay != 0;
     if (param->dtype == NB_FLOAT32)
@@ -115,5 +121,7 @@ nb_optim *nb_optim_rmsprop(nb_tensor *const *params, int n, const nb_rmsprop_par
     nb__optim_add_hyper(o, "momentum", &o->momentum, 1);
     nb__optim_add_hyper(o, "centered", &o->centered, 1);
     o->update = rmsprop_update;
+    o->prepare = rmsprop_prepare;
+    o->batch_kind = NB_OPTIM_RMSPROP;
     return o;
 }

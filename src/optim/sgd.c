@@ -24,15 +24,24 @@
         }                                                                                       \
     } while (0)
 
-static nb_status sgd_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+static nb_status sgd_prepare(nb_optim *o, int idx, nb_optim_entry *e)
 {
     nb__pstate *s = &o->st[idx];
-    bool first = !s->started;
+    e->first = !s->started;
     if (o->momentum != 0) NB_TRY(nb__optim_ensure_buf(o, idx, 0));
     s->started = o->momentum != 0;
+    e->buf[0] = s->buf[0] ? nb__data(s->buf[0]) : NULL;
+    return NB_OK;
+}
+
+static nb_status sgd_update(nb_optim *o, int idx, nb_tensor *param, const nb_tensor *grad)
+{
+    nb_optim_entry e = {0};
+    NB_TRY(sgd_prepare(o, idx, &e));
+    bool first = e.first;
     int64_t n = nb__numel(param->shape, param->ndim);
     int nt = nb__optim_threads(n);
-    char *pd = nb__data(param), *bd = s->buf[0] ? nb__data(s->buf[0]) : NULL;
+    char *pd = nb__data(param), *bd = e.buf[0];
     const char *gd = nb__data(grad);
     bool use_wd = o->weight_decay != 0, nesterov = o->nesterov != 0;
     if (param->dtype == NB_FLOAT32)
@@ -77,5 +86,7 @@ nb_optim *nb_optim_sgd(nb_tensor *const *params, int n, const nb_sgd_params *pp)
     nb__optim_add_hyper(o, "weight_decay", &o->weight_decay, 1);
     nb__optim_add_hyper(o, "nesterov", &o->nesterov, 1);
     o->update = sgd_update;
+    o->prepare = sgd_prepare;
+    o->batch_kind = NB_OPTIM_SGD;
     return o;
 }
