@@ -15,7 +15,11 @@ enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
 typedef struct cli_opts {
     const char *model, *data, *data_dir, *optimizer, *device;
     const char *save, *resume, *metrics, *load;
-    int64_t epochs, batch_size, limit, threads;
+    const char *format;      /* bench: table | csv | json */
+    const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */
+    int64_t epochs, batch_size, limit, threads; /* threads: 0 unless one number was given */
+    int64_t warmup, iters;   /* bench */
+    bool batch_size_given;
     uint64_t seed;
     double lr;          /* < 0: the optimizer's default */
     bool seed_given;
@@ -48,5 +52,6 @@ double cli_now(void);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -17,7 +17,11 @@ static const char *const usage_text =
     "        [--seed N] [--save FILE] [--resume FILE] [--metrics FILE.jsonl] [--limit N]\n"
     "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
     "        [--threads N]\n"
-    "  info  the version, backends, devices and thread count\n";
+    "  info  the version, backends, devices and thread count\n"
+    "  bench [--model a,b,...] [--device cpu|cuda[:N]|auto] [--threads 1,2,...] [--batch-size N]\n"
+    "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N]\n"
+    "        times training iterations on synthetic data; models: fcn-s alexnet-s resnet-50 fcn-r\n"
+    "        alexnet-r resnet-56 lstm (the default: all seven), cnn, resnet20, sgemm\n";
 
 int cli_fail(int code, const char *fmt, ...)
 {
@@ -73,8 +77,9 @@ static bool flag_allowed(const char *allowed, const char *flag)
     return false;
 }
 
-/* Stores the value of one flag; CLI_USAGE on a bad value. */
-static int set_opt(cli_opts *o, const char *f, const char *v)
+/* Stores the value of one flag; CLI_USAGE on a bad value. A comma in --threads is left to
+ * commands that take a list (bench reads threads_arg). */
+static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
 {
     int64_t n = 0;
     int rc = CLI_OK;
@@ -88,9 +93,17 @@ static int set_opt(cli_opts *o, const char *f, const char *v)
     else if (!strcmp(f, "--metrics")) o->metrics = v;
     else if (!strcmp(f, "--load")) o->load = v;
     else if (!strcmp(f, "--epochs")) rc = parse_int(f, v, 1, &o->epochs);
-    else if (!strcmp(f, "--batch-size")) rc = parse_int(f, v, 1, &o->batch_size);
+    else if (!strcmp(f, "--format")) o->format = v;
+    else if (!strcmp(f, "--batch-size")) {
+        rc = parse_int(f, v, 1, &o->batch_size);
+        o->batch_size_given = true;
+    } else if (!strcmp(f, "--warmup")) rc = parse_int(f, v, 0, &o->warmup);
+    else if (!strcmp(f, "--iters")) rc = parse_int(f, v, 1, &o->iters);
     else if (!strcmp(f, "--limit")) rc = parse_int(f, v, 1, &o->limit);
-    else if (!strcmp(f, "--threads")) rc = parse_int(f, v, 1, &o->threads);
+    else if (!strcmp(f, "--threads")) {
+        o->threads_arg = v;
+        if (!lists || !strchr(v, ',')) rc = parse_int(f, v, 1, &o->threads);
+    }
     else if (!strcmp(f, "--lr")) rc = parse_double(f, v, &o->lr);
     else if (!strcmp(f, "--seed")) {
         rc = parse_int(f, v, 0, &n);
@@ -103,7 +116,9 @@ static int set_opt(cli_opts *o, const char *f, const char *v)
 int cli_parse(int argc, char **argv, int first, const char *cmd, const char *allowed, cli_opts *o)
 {
     *o = (cli_opts){.data = "fashion-mnist", .data_dir = CLI_DEFAULT_DATA_DIR, .optimizer = "adam",
-                    .device = "auto", .epochs = 1, .batch_size = 64, .lr = -1};
+                    .device = "auto", .format = "table", .epochs = 1, .batch_size = 64, .warmup = 2,
+                    .iters = 10, .lr = -1};
+    bool lists = !strcmp(cmd, "bench");
     for (int i = first; i < argc; i++) {
         char flag[64];
         const char *a = argv[i], *v = NULL, *eq = strchr(a, '=');
@@ -117,7 +132,7 @@ int cli_parse(int argc, char **argv, int first, const char *cmd, const char *all
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else return cli_fail(CLI_USAGE, "%s: option %s needs a value", cmd, flag);
-        if (set_opt(o, flag, v) != CLI_OK) return CLI_USAGE;
+        if (set_opt(o, flag, v, lists) != CLI_OK) return CLI_USAGE;
     }
     if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam") && strcmp(o->optimizer, "adamw"))
         return cli_fail(CLI_USAGE, "%s: unknown optimizer \"%s\" (expected sgd, adam or adamw)", cmd, o->optimizer);
@@ -157,5 +172,6 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "train")) return cmd_train(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
-    return cli_fail(CLI_USAGE, "unknown command \"%s\" (expected train, eval or info)", cmd);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
+    return cli_fail(CLI_USAGE, "unknown command \"%s\" (expected train, eval, info or bench)", cmd);
 }

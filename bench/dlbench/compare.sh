@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# DLBench, nabla beside PyTorch on this machine, in one go (issue 5; issue 3's CNN/ResNet-20 with
+# --model cnn,resnet20 --threads 1,2).
+#
+# Builds the Release `nabla` (in its own build dir), makes sure .venv-bench has PyPI's PyTorch
+# (scripts/bench-env.sh), measures the machine's sgemm peak at each thread count (nabla's and
+# PyTorch's 2048^3 matmul; the peak is the faster of the two), then for each network and thread
+# count runs `nabla bench` and bench/dlbench/torch_bench.py one after the other, alternating
+# (nabla, PyTorch, nabla, PyTorch... so load drifts hit both), each in a fresh process. Prints a
+# markdown table: per network x threads, the median seconds per mini-batch of each, the ratio
+# PyTorch/nabla (> 1: nabla faster), GFLOP/s and the fraction of the sgemm peak. The raw JSON lines
+# go to the results directory (nabla.jsonl, torch.jsonl, peak.jsonl, env.txt, summary.md), which
+# bench/dlbench/plot.py turns into a chart.
+#
+# usage: bench/dlbench/compare.sh [--model a,b,...] [--threads 1,2,...] [--iters N] [--warmup N]
+#                                 [--batch-size N] [--rounds N] [--results DIR] [--build-dir DIR]
+#                                 [--no-build] [--no-peak] [--plain-env]
+#   --model      networks (default: the seven DLBench ones: fcn-s,alexnet-s,resnet-50,fcn-r,
+#                alexnet-r,resnet-56,lstm; also cnn, resnet20)
+#   --threads    thread counts (default: 1 and the number of cores)
+#   --iters, --warmup, --batch-size   passed to both programs (defaults 10, 2, the spec's batch)
+#   --rounds N   run every (network, threads) pair N times, alternating; each side's lowest
+#                median over the rounds is reported (the least disturbed; default 1)
+#   --results    where the raw results go (default build-bench/dlbench-results/<UTC time>)
+#   --plain-env  do not set the environment below (each library's defaults)
+# Environment (both programs get the same, PyTorch's best settings per ../shared/bench/CPU_NOTES.md):
+#   OMP_NUM_THREADS=<threads>, OMP_WAIT_POLICY=PASSIVE, MALLOC_MMAP_MAX_=0,
+#   MALLOC_TRIM_THRESHOLD_=-1 (glibc keeps freed memory instead of paying page faults again);
+#   a value already set in the caller's environment wins.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+models="fcn-s,alexnet-s,resnet-50,fcn-r,alexnet-r,resnet-56,lstm"
+ncpu=$(nproc)
+threads="1,$ncpu"
+[ "$ncpu" -eq 1 ] && threads="1"
+iters=10
+warmup=2
+batch=()
+rounds=1
+results=""
+build_dir="$root/build-bench"
+build=1
+peak=1
+plain=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) models="$2"; shift ;;
+    --threads) threads="$2"; shift ;;
+    --iters) iters="$2"; shift ;;
+    --warmup) warmup="$2"; shift ;;
+    --batch-size) batch=(--batch-size "$2"); shift ;;
+    --rounds) rounds="$2"; shift ;;
+    --results) results="$2"; shift ;;
+    --build-dir) build_dir="$2"; shift ;;
+    --no-build) build=0 ;;
+    --no-peak) peak=0 ;;
+    --plain-env) plain=1 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "compare: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds: expected an integer >= 1, got \"$rounds\"" >&2; exit 2; }
+[[ "$threads" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+  { echo "compare: --threads: expected comma-separated integers >= 1, got \"$threads\"" >&2; exit 2; }
+log() { echo "compare: $*" >&2; }
+
+if [ "$build" -eq 1 ]; then
+  if [ -f "$build_dir/CMakeCache.txt" ] && ! grep -q '^CMAKE_BUILD_TYPE:[A-Z]*=Release$' "$build_dir/CMakeCache.txt"; then
+    log "$build_dir is not a Release build; choose another with --build-dir"; exit 2
+  fi
+  [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  log "building nabla (Release) in $build_dir"
+  if ! cmake --build "$build_dir" --target nabla_cli >"$build_dir/compare-build.log" 2>&1; then
+    grep -E 'error|FAILED' "$build_dir/compare-build.log" | head -20 >&2
+    log "the build failed (log: $build_dir/compare-build.log)"; exit 1
+  fi
+fi
+nabla="$build_dir/tools/nabla"
+[ -x "$nabla" ] || { log "$nabla not built"; exit 1; }
+"$root/scripts/bench-env.sh" >&2
+py="$root/.venv-bench/bin/python"
+
+[ -n "$results" ] || results="$build_dir/dlbench-results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$results"
+: >"$results/nabla.jsonl"
+: >"$results/torch.jsonl"
+: >"$results/peak.jsonl"
+
+run_env() { # threads, command...: the command with the benchmark environment
+  local t=$1; shift
+  if [ "$plain" -eq 1 ]; then OMP_NUM_THREADS=$t "$@"; return; fi
+  OMP_NUM_THREADS=$t OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} MALLOC_MMAP_MAX_=${MALLOC_MMAP_MAX_:-0} \
+    MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:--1} "$@"
+}
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $ncpu cores"
+  echo "nabla: $("$nabla" --version) ($(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "pytorch: $("$py" -c 'import torch; print(torch.__version__)')"
+  if [ "$plain" -eq 1 ]; then
+    echo "env: plain (OMP_NUM_THREADS only)"
+  else
+    echo "env: OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} MALLOC_MMAP_MAX_=${MALLOC_MMAP_MAX_:-0}" \
+      "MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:--1}"
+  fi
+  echo "command: bench/dlbench/compare.sh --model $models --threads $threads --iters $iters --warmup $warmup" \
+    "${batch[*]} --rounds $rounds$([ "$plain" -eq 1 ] && echo ' --plain-env')"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$results/env.txt"
+cat "$results/env.txt" >&2
+
+common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" --format json)
+status=0
+pair() { # model threads outfile-suffix
+  local m=$1 t=$2 out=${3:-}
+  log "nabla $m, $t thread(s)"
+  run_env "$t" "$nabla" bench --model "$m" --threads "$t" "${common[@]}" >>"$results/${out:-nabla}.jsonl" || status=1
+  log "pytorch $m, $t thread(s)"
+  run_env "$t" "$py" "$here/torch_bench.py" --model "$m" --threads "$t" "${common[@]}" \
+    >>"$results/${out:-torch}.jsonl" || status=1
+}
+IFS=, read -r -a tlist <<<"$threads"
+IFS=, read -r -a mlist <<<"$models"
+if [ "$peak" -eq 1 ]; then
+  for t in "${tlist[@]}"; do
+    log "sgemm peak, $t thread(s)"
+    run_env "$t" "$nabla" bench --model sgemm --threads "$t" --iters 5 --warmup 1 --format json \
+      >>"$results/peak.jsonl" || status=1
+    run_env "$t" "$py" "$here/torch_bench.py" --model sgemm --threads "$t" --iters 5 --warmup 1 --format json \
+      >>"$results/peak.jsonl" || status=1
+  done
+fi
+for ((r = 1; r <= rounds; r++)); do
+  for m in "${mlist[@]}"; do
+    for t in "${tlist[@]}"; do pair "$m" "$t"; done
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/env.txt"
+
+"$py" - "$results" <<'PY' | tee "$results/summary.md"
+import json, os, sys
+d = sys.argv[1]
+def load(name):
+    rows = []
+    with open(os.path.join(d, name)) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+def best(rows):  # per (model, threads): the row with the lowest median (errors only if none ran)
+    out = {}
+    for r in rows:
+        k = (r["model"], r["threads"])
+        if k not in out or (r.get("median_s") is not None and
+                            (out[k].get("median_s") is None or r["median_s"] < out[k]["median_s"])):
+            out[k] = r
+    return out
+nb, pt, peak = best(load("nabla.jsonl")), best(load("torch.jsonl")), {}
+for r in load("peak.jsonl"):
+    if r.get("gflops"):
+        peak[r["threads"]] = max(peak.get(r["threads"], 0), r["gflops"])
+env = open(os.path.join(d, "env.txt")).read().splitlines()
+print("<!-- " + " | ".join(env) + " -->")
+print("| network | threads | nabla s/batch | PyTorch s/batch | PyTorch/nabla | nabla GFLOP/s | PyTorch GFLOP/s "
+      "| nabla % peak | PyTorch % peak |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+keys = list(dict.fromkeys(list(nb) + list(pt)))
+def fig(r, k, fmt):
+    return format(r[k], fmt) if r and r.get(k) is not None else "n/a"
+for k in keys:
+    a, b = nb.get(k), pt.get(k)
+    ratio = (b["median_s"] / a["median_s"]) if a and b and a.get("median_s") and b.get("median_s") else None
+    p = peak.get(k[1])
+    pa = f"{100 * a['gflops'] / p:.0f}%" if p and a and a.get("gflops") else "n/a"
+    pb = f"{100 * b['gflops'] / p:.0f}%" if p and b and b.get("gflops") else "n/a"
+    print(f"| {k[0]} | {k[1]} | {fig(a, 'median_s', '.4g')} | {fig(b, 'median_s', '.4g')} | "
+          f"{'n/a' if ratio is None else format(ratio, '.2f')} | {fig(a, 'gflops', '.1f')} | "
+          f"{fig(b, 'gflops', '.1f')} | {pa} | {pb} |")
+if peak:
+    print()
+    print("sgemm peak (2048^3 float32, the faster of nabla and PyTorch), GFLOP/s: " +
+          ", ".join(f"{t} thread{'s' if t > 1 else ''}: {v:.0f}" for t, v in sorted(peak.items())))
+errs = [r for r in list(nb.values()) + list(pt.values()) if r.get("error")]
+for r in errs:
+    print(f"\n{r['impl']} {r['model']} ({r['threads']} threads): {r['error']}")
+PY
+log "raw results in $results"
+exit $status

@@ -1,0 +1,238 @@
+"""PyTorch's side of `nabla bench` (tools/cmd_bench.c): the same networks, specs, timing and output.
+
+usage: .venv-bench/bin/python bench/dlbench/torch_bench.py [--model a,b,...] [--device cpu|cuda[:N]]
+           [--threads 1,2,...] [--batch-size N] [--warmup N] [--iters N] [--format json|csv|table]
+           [--seed N]
+
+Networks come from torch_models.build (the DLBench six, cnn, resnet20) and torch_lm.LSTMLM (lstm);
+"sgemm" is one 2048^3 float32 matmul per iteration. One timed iteration = zero_grad(set_to_none),
+forward, cross-entropy, backward, (clip_grad_norm_), optimizer step, loss.item() (and a device
+synchronise), on synthetic inputs built once: Gaussian images and uniform labels, uniform tokens
+for the LSTM (128 sequences x 32 steps, vocabulary 10000, state carried between mini-batches,
+detached). Each (network, thread count) runs --warmup untimed iterations, then --iters timed ones;
+torch.set_num_threads is called per thread count. Output: one JSON object per line with the same
+fields as `nabla bench --format json` (impl "pytorch"); peak_rss_mb is the process's ru_maxrss,
+peak_alloc_mb torch.cuda.max_memory_allocated on a GPU (null on the CPU). Runs under torch 1.13
+and 2.x.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+LSTM_T, LSTM_VOCAB, LSTM_EMBED, LSTM_HIDDEN, LSTM_LAYERS, SGEMM_N = 32, 10000, 256, 256, 2, 2048
+
+# name: (c, h, w, classes, batch, forward FLOPs per sample, optimizer, dlbench) -- the same table as
+# specs[] in tools/cmd_bench.c. Optimizer: (kind, lr, momentum, weight decay, nesterov, clip).
+SPECS = {
+    "fcn-s": (1, 1, 26752, 26752, 64, 0.236e9, ("sgd", 0.01, 0, 0, False, 0), True),
+    "alexnet-s": (3, 224, 224, 1000, 16, 2.27e9, ("sgd", 0.01, 0, 0, False, 0), True),
+    "resnet-50": (3, 224, 224, 1000, 16, 8.18e9, ("sgd", 0.1, 0.9, 1e-4, True, 0), True),
+    "fcn-r": (1, 28, 28, 10, 1024, 28.4e6, ("sgd", 0.05, 0.9, 1e-4, False, 0), True),
+    "alexnet-r": (3, 32, 32, 10, 1024, 21.5e6, ("sgd", 0.01, 0.9, 0, False, 0), True),
+    "resnet-56": (3, 32, 32, 10, 128, 0.251e9, ("sgd", 0.01, 0.9, 1e-4, False, 0), True),
+    "lstm": (1, 1, LSTM_T, LSTM_VOCAB, 128, 231e6, ("sgd", 0.1, 0, 0, False, 5.0), True),
+    "cnn": (1, 28, 28, 10, 128, 8482304, ("adam", 1e-3, 0, 0, False, 0), False),
+    "resnet20": (3, 32, 32, 10, 128, 81626368, ("sgd", 0.1, 0.9, 1e-4, False, 0), False),
+    "sgemm": (1, SGEMM_N, SGEMM_N, 0, 1, 2.0 * SGEMM_N**3, None, False),
+}
+FIELDS = ["impl", "model", "device", "threads", "batch", "iters", "warmup", "median_s", "q1_s", "q3_s",
+          "min_s", "max_s", "samples_per_s", "gflops", "fwd_flops_per_sample", "params", "peak_rss_mb",
+          "peak_alloc_mb", "loss", "error"]
+
+
+def fail(msg):
+    print(f"torch_bench: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def int_list(flag, s):
+    try:
+        v = [int(x) for x in s.split(",")]
+    except ValueError:
+        v = []
+    if not v or any(x < 1 or x > 4096 for x in v):
+        fail(f"{flag}: expected comma-separated integers in [1, 4096], got \"{s}\"")
+    return v
+
+
+def quantile(v, q):
+    """v sorted; linear interpolation (numpy's default, as in cmd_bench.c)."""
+    pos = q * (len(v) - 1)
+    i = int(math.floor(pos))
+    return v[i] + (pos - i) * (v[i + 1] - v[i]) if i + 1 < len(v) else v[-1]
+
+
+class Net:
+    """The model, optimizer and synthetic batch of one network (all built once)."""
+
+    def __init__(self, name, batch, seed, device):
+        c, h, w, classes, _, _, opt, _ = SPECS[name]
+        self.name, self.batch, self.device, self.state = name, batch, device, None
+        torch.manual_seed(seed)
+        g = torch.Generator().manual_seed(seed)
+        self.model = None
+        if name == "sgemm":
+            self.x = torch.randn(h, w, generator=g).to(device)
+            self.y = torch.randn(h, w, generator=g).to(device)
+            return
+        if name == "lstm":
+            from torch_lm import LSTMLM
+            self.model = LSTMLM(LSTM_VOCAB, LSTM_EMBED, LSTM_HIDDEN, LSTM_LAYERS)
+            self.x = torch.randint(0, LSTM_VOCAB, (batch, w), generator=g)
+            self.y = torch.randint(0, LSTM_VOCAB, (batch, w), generator=g)
+        else:
+            import torch_models
+            self.model = torch_models.build(name, c, h, w, classes)
+            self.x = torch.randn(batch, c, h, w, generator=g)
+            self.y = torch.randint(0, classes, (batch,), generator=g)
+        self.model.to(device).train()
+        self.x, self.y = self.x.to(device), self.y.to(device)
+        kind, lr, momentum, wd, nesterov, self.clip = opt
+        ps = list(self.model.parameters())
+        self.params = ps
+        if kind == "adam":
+            self.opt = torch.optim.Adam(ps, lr=lr)
+        else:
+            self.opt = torch.optim.SGD(ps, lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov)
+
+    def num_params(self):
+        return sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def iterate(self):
+        if self.model is None:
+            torch.mm(self.x, self.y)
+            self.sync()
+            return 0.0
+        self.opt.zero_grad(set_to_none=True)
+        if self.name == "lstm":
+            out, state = self.model(self.x, self.state)
+            self.state = tuple(s.detach() for s in state)
+            loss = F.cross_entropy(out.reshape(-1, LSTM_VOCAB), self.y.reshape(-1))
+        else:
+            loss = F.cross_entropy(self.model(self.x), self.y)
+        loss.backward()
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.opt.step()
+        v = loss.item()
+        self.sync()
+        return v
+
+
+def time_net(net, threads, args, device_name):
+    r = {"impl": "pytorch", "model": net.name, "device": device_name, "threads": threads, "batch": net.batch,
+         "iters": args.iters, "warmup": args.warmup}
+    if net.device.type == "cpu":
+        torch.set_num_threads(threads)
+    loss = float("nan")
+    for _ in range(args.warmup):
+        loss = net.iterate()
+    t = []
+    for _ in range(args.iters):
+        t0 = time.perf_counter()
+        loss = net.iterate()
+        t.append(time.perf_counter() - t0)
+    t.sort()
+    spec = SPECS[net.name]
+    med = quantile(t, 0.5)
+    per = spec[5] if spec[6] is None else 3.0 * spec[5]
+    alloc = None
+    if net.device.type == "cuda":
+        alloc = torch.cuda.max_memory_allocated(net.device) / 1048576.0
+    r.update(median_s=med, q1_s=quantile(t, 0.25), q3_s=quantile(t, 0.75), min_s=t[0], max_s=t[-1],
+             samples_per_s=net.batch / med, gflops=per * net.batch / med * 1e-9, fwd_flops_per_sample=spec[5],
+             params=net.num_params(), peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+             peak_alloc_mb=alloc, loss=loss if math.isfinite(loss) else None)
+    return r
+
+
+def emit(r, fmt):
+    if fmt == "json":
+        print(json.dumps(r))
+    elif fmt == "csv":
+        print(",".join("" if r.get(k) is None else (f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]))
+                       for k in FIELDS))
+    sys.stdout.flush()
+
+
+def print_table(rows, threads, args, device_name):
+    print(f"pytorch {torch.__version__}: seconds per mini-batch (median of {args.iters} after {args.warmup} "
+          f"warm-up), device {device_name}")
+    print(f"{'network':<10} {'batch':>6} {'parameters':>12}" + "".join(f" {str(t) + ' thr':>11}" for t in threads))
+    by = {}
+    for r in rows:
+        by.setdefault(r["model"], []).append(r)
+    for name, rs in by.items():
+        cells = "".join(f" {r['median_s']:11.4g}" if "median_s" in r else f" {'n/a':>11}" for r in rs)
+        print(f"{name:<10} {rs[0]['batch']:>6} {rs[0].get('params', 0):>12}{cells}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=",".join(k for k, v in SPECS.items() if v[7]))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", default=None)
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--format", default="json", choices=["json", "csv", "table"])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    models = args.model.split(",")
+    for m in models:
+        if m not in SPECS:
+            fail(f"unknown model \"{m}\" in --model {args.model} (known: {', '.join(SPECS)})")
+    if args.iters < 1 or args.warmup < 0 or (args.batch_size is not None and args.batch_size < 1):
+        fail("--iters must be >= 1, --warmup >= 0, --batch-size >= 1")
+    threads = int_list("--threads", args.threads) if args.threads else sorted({1, torch.get_num_threads()})
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            fail(f"device {args.device}: CUDA is not available")
+        device = torch.device("cuda", device.index or 0)
+        threads = [torch.get_num_threads()]
+    device_name = "cpu" if device.type == "cpu" else f"cuda:{device.index}"
+    if args.format == "csv":
+        print(",".join(FIELDS))
+    rows, status = [], 0
+    for name in models:
+        batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
+        try:
+            net = Net(name, batch, args.seed, device)
+        except Exception as e:  # a network the installed torch_models lacks: say so, go on
+            print(f"torch_bench: {name}: {e}", file=sys.stderr)
+            status = 1
+            for t in threads:
+                r = {"impl": "pytorch", "model": name, "device": device_name, "threads": t, "batch": batch,
+                     "iters": args.iters, "warmup": args.warmup, "error": f"{name}: {e}",
+                     "fwd_flops_per_sample": SPECS[name][5]}
+                rows.append(r)
+                emit(r, args.format)
+            continue
+        for t in threads:
+            r = time_net(net, t, args, device_name)
+            rows.append(r)
+            emit(r, args.format)
+        del net
+    if args.format == "table":
+        print_table(rows, threads, args, device_name)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

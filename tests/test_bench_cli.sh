@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Tests of `nabla bench` (issue 5, item 1; tools/cmd_bench.c) on tiny settings: the json, csv and
+# table outputs are well formed and carry the spec's figures (parameter counts and forward FLOPs
+# from ../shared/bench/DLBENCH.md and the zoo's documented counts, not from our own output), the
+# statistics are consistent, --seed reproduces, and every usage error exits 2 with one line.
+# Usage: test_bench_cli.sh PATH/TO/nabla. Needs python3 (to parse the JSON).
+set -uo pipefail
+nabla=$(realpath "${1:?usage: test_bench_cli.sh PATH/TO/nabla}")
+tb="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/dlbench/torch_bench.py"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+command -v python3 >/dev/null || { echo "FAIL: python3 not found (needed to check the JSON)"; exit 1; }
+
+# expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN
+expect() {
+    local code=$1 pattern=$2
+    shift 2
+    "$@" > out.txt 2> err.txt
+    local rc=$? lines
+    lines=$(wc -l < err.txt)
+    if [[ $rc -ne $code ]]; then fail "$* exited $rc, expected $code ($(head -c 300 err.txt))"
+    elif [[ $lines -ne 1 ]]; then fail "$*: expected a one-line error, got $lines lines: $(head -c 300 err.txt)"
+    elif ! grep -q -- "$pattern" err.txt; then fail "$*: error '$(cat err.txt)' does not match '$pattern'"
+    else pass "$* -> $rc: $(cat err.txt)"; fi
+}
+
+tiny=(--batch-size 4 --iters 2 --warmup 1)
+tinier=(--batch-size 4 --iters 1 --warmup 0) # csv and table: the format is what they test (fast under ASan)
+
+# ---- json: one object per (model, threads), in order, with the spec's numbers ----
+if "$nabla" bench --model fcn-r,cnn --threads 1,2 "${tiny[@]}" --format json > j.txt 2> j.err; then
+    if python3 - j.txt <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+# parameter counts: DLBENCH.md (FCN-R) and src/nn/models.c's documented cnn (422k: 421,834 for 1x28x28,
+# 10 classes: 32*9+32 + 2*32 + 64*32*9+64 + 2*64 + 3136*128+128 + 128*10+10)
+cnn_params = (32 * 9 + 32) + 64 + (64 * 32 * 9 + 64) + 128 + (3136 * 128 + 128) + (128 * 10 + 10)
+# forward FLOPs: DLBENCH.md's table (FCN-R); cnn's 2 x MACs of its two convs and two linears
+cnn_flops = 2 * (28 * 28 * 32 * 9 + 14 * 14 * 64 * 32 * 9 + 3136 * 128 + 128 * 10)
+want = [("fcn-r", 1, 14205962, 28.4e6), ("fcn-r", 2, 14205962, 28.4e6),
+        ("cnn", 1, cnn_params, cnn_flops), ("cnn", 2, cnn_params, cnn_flops)]
+assert len(rows) == 4, f"{len(rows)} rows, expected 4"
+fields = ["impl", "model", "device", "threads", "batch", "iters", "warmup", "median_s", "q1_s", "q3_s", "min_s",
+          "max_s", "samples_per_s", "gflops", "fwd_flops_per_sample", "params", "peak_rss_mb", "peak_alloc_mb", "loss"]
+for r, (m, t, params, flops) in zip(rows, want):
+    missing = [f for f in fields if f not in r]
+    assert not missing, f"{m}: missing {missing}"
+    assert (r["impl"], r["model"], r["device"], r["threads"]) == ("nabla", m, "cpu", t), r
+    assert (r["batch"], r["iters"], r["warmup"]) == (4, 2, 1), r
+    assert r["params"] == params, f"{m}: params {r['params']} != {params}"
+    assert abs(r["fwd_flops_per_sample"] - flops) <= 1e-3 * flops, f"{m}: {r['fwd_flops_per_sample']} != {flops}"
+    assert 0 < r["min_s"] <= r["q1_s"] <= r["median_s"] <= r["q3_s"] <= r["max_s"], r
+    assert abs(r["median_s"] - (r["min_s"] + r["max_s"]) / 2) <= 1e-6 * r["max_s"], "median of 2 = their mean"
+    assert math.isclose(r["samples_per_s"], 4 / r["median_s"], rel_tol=1e-4), r
+    assert math.isclose(r["gflops"], 3 * r["fwd_flops_per_sample"] * 4 / r["median_s"] * 1e-9, rel_tol=1e-4), r
+    assert r["peak_rss_mb"] > 1 and r["peak_alloc_mb"] > 0, r
+    # 10 classes, random labels, a fresh net: the loss is near ln 10, certainly within (0, 20)
+    assert 0 < r["loss"] < 20, r
+print("json rows ok")
+PY
+    then pass "json: 4 well-formed rows with the spec's parameters and FLOPs"
+    else fail "json rows: $(cat j.txt)"; fi
+else
+    fail "bench --format json exited non-zero: $(cat j.err)"
+fi
+
+# ---- the LSTM (stateful, two iterations) and sgemm (batch fixed at 1) ----
+if "$nabla" bench --model lstm,sgemm --threads 1 --batch-size 2 --iters 1 --warmup 1 --format json > l.txt 2> l.err &&
+   python3 - l.txt <<'PY'
+import json, sys
+lstm, sgemm = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+# DLBENCH.md: 6,180,624 with one bias per layer; PyTorch's LSTM has two (+ 2 layers x 4 x 256)
+assert lstm["model"] == "lstm" and lstm["params"] == 6180624 + 2 * 4 * 256, lstm
+assert lstm["batch"] == 2 and abs(lstm["fwd_flops_per_sample"] - 231e6) < 1e3, lstm
+assert 5 < lstm["loss"] < 15, lstm  # ln 10000 = 9.2 for a fresh model on random tokens
+assert sgemm["model"] == "sgemm" and sgemm["batch"] == 1, sgemm
+assert abs(sgemm["gflops"] - 2 * 2048**3 / sgemm["median_s"] * 1e-9) < 1e-3 * sgemm["gflops"], sgemm
+PY
+then pass "lstm and sgemm rows"; else fail "lstm/sgemm: $(cat l.txt l.err)"; fi
+
+# ---- --seed: the same seed gives the same losses, another seed others ----
+run_loss() { "$nabla" bench --model cnn --threads 1 "${tiny[@]}" --seed "$1" --format json 2>/dev/null |
+             python3 -c 'import json,sys; print(repr(json.loads(sys.stdin.readline())["loss"]))'; }
+a=$(run_loss 5); b=$(run_loss 5); c=$(run_loss 6)
+if [[ -n "$a" && "$a" == "$b" && "$a" != "$c" ]]; then pass "seed: $a == $b != $c"
+else fail "seed: losses '$a' '$b' (same seed) '$c' (other seed)"; fi
+
+# ---- csv: a header and one row per setting, all of the same width ----
+if "$nabla" bench --model fcn-r,cnn --threads 1 "${tinier[@]}" --format csv > c.txt 2> c.err &&
+   python3 - c.txt <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = rows[0]
+assert head[:4] == ["impl", "model", "device", "threads"] and "median_s" in head and "gflops" in head, head
+assert len(rows) == 3 and all(len(r) == len(head) for r in rows), rows
+for r in rows[1:]:
+    d = dict(zip(head, r))
+    assert d["impl"] == "nabla" and d["error"] == "" and float(d["median_s"]) > 0 and float(d["samples_per_s"]) > 0, d
+assert [r[1] for r in rows[1:]] == ["fcn-r", "cnn"]
+PY
+then pass "csv"; else fail "csv: $(cat c.txt c.err)"; fi
+
+# ---- table: rows are networks, columns thread counts, then the details ----
+if "$nabla" bench --model fcn-r,cnn --threads 1,2 "${tinier[@]}" > t.txt 2> t.err &&
+   grep -Eq '^network +batch +parameters +1 thread +2 threads$' t.txt &&
+   grep -Eq '^fcn-r +4 +14205962 +[0-9.e+-]+ +[0-9.e+-]+$' t.txt &&
+   grep -Eq '^cnn +4 +421834 +[0-9.e+-]+ +[0-9.e+-]+$' t.txt &&
+   [[ $(grep -Ec '^(fcn-r|cnn) +[12] +[0-9.e+-]+( +[0-9.e+-]+){6}$' t.txt) -eq 4 ]] && [[ ! -s t.err ]]
+then pass "table"; else fail "table: $(cat t.txt t.err)"; fi
+
+# ---- PyTorch's side (bench/dlbench/torch_bench.py) emits the same fields for the same networks ----
+if [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]]; then
+    if "$NB_PYTHON" "$tb" --model fcn-r,cnn --threads 1 "${tinier[@]}" --format json > p.txt 2> p.err &&
+       "$nabla" bench --model fcn-r,cnn --threads 1 "${tinier[@]}" --format json > n.txt 2> n.err &&
+       python3 - n.txt p.txt <<'PY'
+import json, sys
+nb, pt = ([json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:3])
+assert len(nb) == len(pt) == 2, (nb, pt)
+for a, b in zip(nb, pt):
+    assert (a["impl"], b["impl"]) == ("nabla", "pytorch"), (a, b)
+    assert set(a) == set(b), set(a) ^ set(b)
+    for k in ("model", "device", "threads", "batch", "iters", "warmup", "fwd_flops_per_sample", "params"):
+        assert a[k] == b[k], (k, a[k], b[k])
+PY
+    then pass "torch_bench.py: same fields, shapes and parameter counts"
+    else fail "torch_bench.py: $(cat p.txt p.err n.err 2>&1)"; fi
+else
+    echo "ok: (not checked) torch_bench.py: NB_PYTHON is not set"
+fi
+
+# ---- usage errors: exit 2, one line ----
+expect 2 'bench: unknown model "nope" in --model cnn,nope (known: fcn-s' "$nabla" bench --model cnn,nope
+expect 2 'bench: unknown model "" in --model cnn,' "$nabla" bench --model cnn,
+expect 2 'bench: --threads: expected' "$nabla" bench --model cnn --threads 1,,2
+expect 2 '--threads: expected an integer >= 1, got "0"' "$nabla" bench --model cnn --threads 0
+expect 2 'bench: --threads: expected' "$nabla" bench --model cnn --threads 2,x
+expect 2 '--threads: expected an integer >= 1, got "1x"' "$nabla" bench --model cnn --threads 1x
+expect 2 '--iters: expected an integer >= 1' "$nabla" bench --model cnn --iters 0
+expect 2 '--warmup: expected an integer >= 0' "$nabla" bench --model cnn --warmup -1
+expect 2 '--batch-size: expected an integer >= 1' "$nabla" bench --model cnn --batch-size 0
+expect 2 'bench: unknown format "xml"' "$nabla" bench --model cnn --format xml
+expect 2 'unknown option --epochs' "$nabla" bench --model cnn --epochs 1
+expect 2 'unknown device "tpu"' "$nabla" bench --model cnn --device tpu
+# a list of threads is bench's alone
+expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
+if "$nabla" info | grep -Eq '^  cuda:[0-9]'; then
+    echo "ok: (not checked) --device cuda's error: a GPU is present"
+else
+    expect 2 'bench: device_parse\|bench: device cuda:0' "$nabla" bench --model cnn --device cuda
+fi
+
+echo "$failures failure(s)"
+[[ $failures -eq 0 ]]

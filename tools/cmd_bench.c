@@ -1,0 +1,492 @@
+/* tools/cmd_bench.c: `nabla bench`: times training iterations of the seven DLBench networks
+ * (../shared/bench/DLBENCH.md, issue 5), of the `nabla train` CNN and of ResNet-20 (issue 3) on
+ * synthetic data, the way bench/dlbench/torch_bench.py times PyTorch.
+ *
+ * One timed iteration = zero_grad, forward, cross-entropy loss, backward, (gradient clipping),
+ * optimizer step, then the loss read back to the host (and the device synchronised), on inputs
+ * built once (Gaussian images, uniform random labels; uniform random tokens for the LSTM). Each
+ * (network, thread count) runs --warmup untimed iterations, then --iters timed ones; the report
+ * gives the median, quartiles, min and max of the wall-clock seconds per mini-batch, samples/s
+ * (sequences/s for the LSTM), achieved GFLOP/s = 3 x forward FLOPs per sample x batch / median
+ * (a training step costs about 3x the forward pass; the forward counts are DLBENCH.md's), the
+ * process's peak resident set (getrusage ru_maxrss: the whole process so far, model building
+ * included) and nabla's allocator peak (nb_memory_stats peak_allocated, same caveat).
+ * "sgemm" is no network: one 2048x2048x2048 float32 matmul per iteration, the machine's GEMM
+ * ceiling for the GFLOP/s fractions bench/dlbench/compare.sh prints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cli_impl.h"
+
+typedef enum { OPT_NONE, OPT_SGD, OPT_ADAM } opt_kind;
+
+typedef struct bench_spec {
+    const char *name;
+    const char *zoo;             /* nb_model_create's name; NULL: the LSTM language model; "": sgemm */
+    int64_t c, h, w, classes;    /* input [B, c, h, w] (the LSTM: tokens [B, w]) */
+    int64_t batch;               /* DLBench's Table-7 mini-batch size */
+    double fwd_flops;            /* forward FLOPs per sample (per sequence for the LSTM) */
+    opt_kind opt;
+    double lr, momentum, wd, clip; /* clip > 0: clip the global L2 grad norm to it */
+    bool nesterov, dlbench;      /* dlbench: one of the seven, run by default */
+} bench_spec;
+
+enum { LSTM_T = 32, LSTM_VOCAB = 10000, LSTM_EMBED = 256, LSTM_HIDDEN = 256, LSTM_LAYERS = 2, SGEMM_N = 2048 };
+
+/* FLOPs: DLBENCH.md's table (2 x MACs of conv, FC, LSTM gates and output projection); cnn and
+ * resnet20 counted the same way from src/nn/models.c (4,241,152 and 40,813,184 MACs). */
+static const bench_spec specs[] = {
+    {"fcn-s", "fcn-s", 1, 1, 26752, 26752, 64, 0.236e9, OPT_SGD, 0.01, 0, 0, 0, false, true},
+    {"alexnet-s", "alexnet-s", 3, 224, 224, 1000, 16, 2.27e9, OPT_SGD, 0.01, 0, 0, 0, false, true},
+    {"resnet-50", "resnet-50", 3, 224, 224, 1000, 16, 8.18e9, OPT_SGD, 0.1, 0.9, 1e-4, 0, true, true},
+    {"fcn-r", "fcn-r", 1, 28, 28, 10, 1024, 28.4e6, OPT_SGD, 0.05, 0.9, 1e-4, 0, false, true},
+    {"alexnet-r", "alexnet-r", 3, 32, 32, 10, 1024, 21.5e6, OPT_SGD, 0.01, 0.9, 0, 0, false, true},
+    {"resnet-56", "resnet-56", 3, 32, 32, 10, 128, 0.251e9, OPT_SGD, 0.01, 0.9, 1e-4, 0, false, true},
+    {"lstm", NULL, 1, 1, LSTM_T, LSTM_VOCAB, 128, 231e6, OPT_SGD, 0.1, 0, 0, 5, false, true},
+    {"cnn", "cnn", 1, 28, 28, 10, 128, 8482304, OPT_ADAM, 1e-3, 0, 0, 0, false, false},
+    {"resnet20", "resnet20", 3, 32, 32, 10, 128, 81626368, OPT_SGD, 0.1, 0.9, 1e-4, 0, false, false},
+    {"sgemm", "", 1, SGEMM_N, SGEMM_N, 0, 1, 2.0 * SGEMM_N * SGEMM_N * SGEMM_N, OPT_NONE, 0, 0, 0, 0, false, false},
+};
+enum { N_SPECS = sizeof specs / sizeof specs[0], MAX_RUNS = 64, MAX_THREADS = 16 };
+
+typedef struct bench_result {
+    const bench_spec *s;
+    int threads;
+    int64_t batch, params;
+    double med, q1, q3, lo, hi, loss, rss_mb, alloc_mb;
+    bool ok;
+    char err[256];
+} bench_result;
+
+typedef struct bench {
+    cli_opts o;
+    nb_device dev;
+    char dev_name[32];
+    const bench_spec *models[MAX_RUNS];
+    int n_models, threads[MAX_THREADS], n_threads;
+    bench_result res[MAX_RUNS * MAX_THREADS];
+    int n_res;
+} bench;
+
+/* One network ready to time: the model, its optimizer and the synthetic batch. */
+typedef struct bench_net {
+    const bench_spec *s;
+    nb_module *m;
+    nb_optim *opt;
+    nb_tensor **params;
+    int n_params;
+    nb_tensor *x, *y; /* sgemm: the two operands */
+    int64_t batch;
+} bench_net;
+
+static bool is_lstm(const bench_spec *s) { return !s->zoo; }
+static bool is_gemm(const bench_spec *s) { return s->opt == OPT_NONE; }
+
+static const bench_spec *find_spec(const char *name, size_t n)
+{
+    for (int i = 0; i < N_SPECS; i++)
+        if (strlen(specs[i].name) == n && !strncmp(specs[i].name, name, n)) return &specs[i];
+    return NULL;
+}
+
+static int parse_models(bench *b)
+{
+    if (!b->o.model) {
+        for (int i = 0; i < N_SPECS; i++)
+            if (specs[i].dlbench) b->models[b->n_models++] = &specs[i];
+        return CLI_OK;
+    }
+    for (const char *p = b->o.model;;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const bench_spec *s = find_spec(p, n);
+        if (!s) {
+            char known[256] = "";
+            for (int i = 0; i < N_SPECS; i++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", specs[i].name);
+            return cli_fail(CLI_USAGE, "bench: unknown model \"%.*s\" in --model %s (known: %s)", (int)n, p,
+                            b->o.model, known);
+        }
+        if (b->n_models == MAX_RUNS) return cli_fail(CLI_USAGE, "bench: more than %d models", MAX_RUNS);
+        b->models[b->n_models++] = s;
+        if (!e) return CLI_OK;
+        p = e + 1;
+    }
+}
+
+static int parse_threads(bench *b)
+{
+    const char *a = b->o.threads_arg;
+    if (!a) {
+        int def = nb_get_num_threads();
+        b->threads[b->n_threads++] = 1;
+        if (def > 1) b->threads[b->n_threads++] = def;
+        return CLI_OK;
+    }
+    for (const char *p = a;;) {
+        char *end = NULL;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || v < 1 || v > 4096 || b->n_threads == MAX_THREADS)
+            return cli_fail(CLI_USAGE, "bench: --threads: expected up to %d comma-separated integers in [1, 4096], "
+                            "got \"%s\"", MAX_THREADS, a);
+        b->threads[b->n_threads++] = (int)v;
+        if (!*end) return CLI_OK;
+        p = end + 1;
+    }
+}
+
+static int setup(bench *b)
+{
+    const char *f = b->o.format;
+    if (strcmp(f, "table") && strcmp(f, "csv") && strcmp(f, "json"))
+        return cli_fail(CLI_USAGE, "bench: unknown format \"%s\" (expected table, csv or json)", f);
+    int rc = parse_models(b);
+    if (rc == CLI_OK) rc = parse_threads(b);
+    if (rc != CLI_OK) return rc;
+    if (nb_device_parse(b->o.device, &b->dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "bench");
+    nb_device_str(b->dev, b->dev_name, sizeof b->dev_name);
+    if (b->dev.type != NB_DEVICE_CPU) { /* one column: the GPU; threads only feed the host side */
+        b->n_threads = 1;
+        b->threads[0] = nb_get_num_threads();
+    }
+    return CLI_OK;
+}
+
+static void net_free(bench_net *n)
+{
+    nb_optim_free(n->opt);
+    nb_module_free(n->m);
+    free(n->params);
+    nb_tensor_free(n->x);
+    nb_tensor_free(n->y);
+}
+
+static nb_optim *make_optim(const bench_spec *s, nb_tensor **ps, int n)
+{
+    if (s->opt == OPT_ADAM) {
+        nb_adam_params p = nb_adam_params_default();
+        p.lr = s->lr;
+        return nb_optim_adam(ps, n, &p);
+    }
+    nb_sgd_params p = nb_sgd_params_default();
+    p.lr = s->lr;
+    p.momentum = s->momentum;
+    p.weight_decay = s->wd;
+    p.nesterov = s->nesterov;
+    return nb_optim_sgd(ps, n, &p);
+}
+
+static nb_module *make_model(const bench_spec *s, const nb_tensor_params *tp)
+{
+    if (!is_lstm(s)) return nb_model_create(s->zoo, s->c, s->h, s->w, s->classes, tp);
+    nb_module *m = nb_lstm_lm_create(LSTM_VOCAB, LSTM_EMBED, LSTM_HIDDEN, LSTM_LAYERS, tp);
+    if (m && nb_lstm_lm_set_stateful(m, true) != NB_OK) {
+        nb_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Moves a new CPU tensor to dev, replacing the reference. */
+static nb_tensor *to_dev(nb_tensor *t, nb_device dev)
+{
+    if (!t || dev.type == NB_DEVICE_CPU) return t;
+    nb_tensor *d = nb_to(t, dev);
+    nb_tensor_free(t);
+    return d;
+}
+
+/* The synthetic batch, drawn from g: Gaussian images and labels in [0, classes), or LSTM tokens
+ * and next-token targets (both uniform), or sgemm's two Gaussian operands. */
+static nb_status make_data(bench_net *n, nb_generator *g, nb_device dev)
+{
+    const bench_spec *s = n->s;
+    nb_tensor_params fp = nb_tensor_params_default(), ip = fp;
+    fp.generator = ip.generator = g;
+    ip.dtype = NB_INT64;
+    if (is_lstm(s)) {
+        int64_t shape[2] = {n->batch, s->w};
+        n->x = nb_randint(0, LSTM_VOCAB, shape, 2, &ip);
+        n->y = nb_randint(0, LSTM_VOCAB, shape, 2, &ip);
+    } else if (is_gemm(s)) {
+        int64_t shape[2] = {s->h, s->w};
+        n->x = nb_randn(shape, 2, &fp);
+        n->y = nb_randn(shape, 2, &fp);
+    } else {
+        int64_t shape[4] = {n->batch, s->c, s->h, s->w};
+        n->x = nb_randn(shape, 4, &fp);
+        n->y = nb_randint(0, s->classes, shape, 1, &ip);
+    }
+    n->x = to_dev(n->x, dev);
+    n->y = to_dev(n->y, dev);
+    return n->x && n->y ? NB_OK : nb_last_status();
+}
+
+/* Builds the model (on the CPU, from seed; then moved to dev), its optimizer and the batch. On
+ * failure writes the reason to err and returns false. */
+static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t seed, nb_device dev, char *err,
+                     size_t cap)
+{
+    *n = (bench_net){.s = s, .batch = batch};
+    nb_manual_seed(seed); /* dropout (cnn) draws from the default generator */
+    nb_generator *g = nb_generator_create(seed);
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.generator = g;
+    bool ok = g != NULL;
+    if (ok && !is_gemm(s)) {
+        ok = (n->m = make_model(s, &tp)) && nb_module_to(n->m, dev) == NB_OK;
+        n->n_params = ok ? nb_module_parameters(n->m, NULL, 0) : 0;
+        if (ok && (n->n_params < 1 || !(n->params = malloc((size_t)n->n_params * sizeof *n->params)))) {
+            nb_generator_free(g);
+            snprintf(err, cap, "%s: cannot list its %d parameters (out of memory)", s->name, n->n_params);
+            return false;
+        }
+        if (ok) nb_module_parameters(n->m, n->params, n->n_params);
+        ok = ok && (n->opt = make_optim(s, n->params, n->n_params));
+        if (ok) nb_module_train(n->m, true);
+    }
+    ok = ok && make_data(n, g, dev) == NB_OK;
+    if (!ok) snprintf(err, cap, "%s: %s", s->name, nb_last_error());
+    nb_generator_free(g);
+    return ok;
+}
+
+/* One timed unit: a training iteration (see the top of the file), or sgemm's matmul. */
+static nb_status iterate(bench_net *n, nb_device dev, double *loss_out)
+{
+    const bench_spec *s = n->s;
+    nb_scope *sc = nb_scope_begin();
+    nb_status st = NB_OK;
+    if (is_gemm(s)) {
+        nb_tensor *c = nb_matmul(n->x, n->y);
+        st = c ? nb_device_synchronize(dev) : nb_last_status();
+        *loss_out = 0;
+        nb_scope_end(sc);
+        return st;
+    }
+    st = nb_optim_zero_grad(n->opt);
+    nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, n->x) : NULL, *y = n->y;
+    if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
+        int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};
+        out = nb_reshape(out, flat, 2);
+        y = nb_reshape(n->y, fy, 1);
+    }
+    nb_tensor *loss = out && y ? nb_cross_entropy(out, y, NULL) : NULL;
+    if (st == NB_OK && !loss) st = nb_last_status();
+    if (st == NB_OK) st = nb_backward(loss, NULL, 0);
+    if (st == NB_OK && s->clip > 0) st = nb_clip_grad_norm_(n->params, n->n_params, s->clip, 2.0, NULL);
+    if (st == NB_OK) st = nb_optim_step(n->opt);
+    if (st == NB_OK) st = nb_item(loss, loss_out);
+    if (st == NB_OK) st = nb_device_synchronize(dev);
+    nb_scope_end(sc);
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of sorted v[0..n), interpolating linearly (numpy's default, and torch_bench.py's). */
+static double quantile(const double *v, int n, double q)
+{
+    double pos = q * (double)(n - 1);
+    int i = (int)floor(pos);
+    return i + 1 < n ? v[i] + (pos - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : NAN; /* KiB on Linux */
+}
+
+/* Warm-up, then the timed iterations of one (network, thread count) into r. */
+static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
+{
+    *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .loss = NAN};
+    r->params = n->m ? nb_module_num_parameters(n->m) : 0;
+    int64_t iters = b->o.iters;
+    double *t = malloc((size_t)iters * sizeof *t);
+    nb_status st = t ? NB_OK : NB_ERR_OOM;
+    if (st == NB_OK && b->dev.type == NB_DEVICE_CPU) st = nb_set_num_threads(threads);
+    for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) st = iterate(n, b->dev, &r->loss);
+    for (int64_t i = 0; st == NB_OK && i < iters; i++) {
+        double t0 = cli_now();
+        st = iterate(n, b->dev, &r->loss);
+        t[i] = cli_now() - t0;
+    }
+    if (st != NB_OK) {
+        snprintf(r->err, sizeof r->err, "%s: %s", n->s->name, t ? nb_last_error() : "out of memory");
+    } else {
+        qsort(t, (size_t)iters, sizeof *t, cmp_double);
+        int k = (int)iters;
+        *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .params = r->params,
+                            .loss = r->loss, .ok = true, .lo = t[0], .hi = t[k - 1], .med = quantile(t, k, 0.5),
+                            .q1 = quantile(t, k, 0.25), .q3 = quantile(t, k, 0.75), .rss_mb = peak_rss_mb()};
+        nb_memory_stats ms;
+        r->alloc_mb = nb_memory_stats_get(b->dev, &ms) == NB_OK ? (double)ms.peak_allocated / 1048576.0 : NAN;
+    }
+    free(t);
+}
+
+/* ---- output ------------------------------------------------------------------------------------ */
+
+static const char *const csv_header =
+    "impl,model,device,threads,batch,iters,warmup,median_s,q1_s,q3_s,min_s,max_s,samples_per_s,gflops,"
+    "fwd_flops_per_sample,params,peak_rss_mb,peak_alloc_mb,loss,error";
+
+static double samples_per_s(const bench_result *r) { return (double)r->batch / r->med; }
+static double gflops(const bench_result *r)
+{ /* sgemm's count is the whole matmul; a training step is ~3 forwards */
+    double per = is_gemm(r->s) ? r->s->fwd_flops : 3.0 * r->s->fwd_flops;
+    return per * (double)r->batch / r->med * 1e-9;
+}
+
+static void json_str(const char *key, const char *v)
+{
+    printf("\"%s\": \"", key);
+    for (const char *p = v; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if ((unsigned char)*p < 0x20) printf("\\u%04x", (unsigned char)*p);
+        else putchar(*p);
+    }
+    printf("\", ");
+}
+
+static void json_num(const char *key, double v, bool last)
+{
+    if (isfinite(v)) printf("\"%s\": %.9g%s", key, v, last ? "" : ", ");
+    else printf("\"%s\": null%s", key, last ? "" : ", ");
+}
+
+static void print_json(const bench *b, const bench_result *r)
+{
+    printf("{");
+    json_str("impl", "nabla");
+    json_str("model", r->s->name);
+    json_str("device", b->dev_name);
+    printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
+           (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
+    if (!r->ok) {
+        json_str("error", r->err);
+        json_num("fwd_flops_per_sample", r->s->fwd_flops, true);
+        printf("}\n");
+        return;
+    }
+    json_num("median_s", r->med, false);
+    json_num("q1_s", r->q1, false);
+    json_num("q3_s", r->q3, false);
+    json_num("min_s", r->lo, false);
+    json_num("max_s", r->hi, false);
+    json_num("samples_per_s", samples_per_s(r), false);
+    json_num("gflops", gflops(r), false);
+    json_num("fwd_flops_per_sample", r->s->fwd_flops, false);
+    printf("\"params\": %lld, ", (long long)r->params);
+    json_num("peak_rss_mb", r->rss_mb, false);
+    json_num("peak_alloc_mb", r->alloc_mb, false);
+    json_num("loss", r->loss, true);
+    printf("}\n");
+}
+
+static void print_csv(const bench *b, const bench_result *r)
+{
+    printf("nabla,%s,%s,%d,%lld,%lld,%lld,", r->s->name, b->dev_name, r->threads, (long long)r->batch,
+           (long long)b->o.iters, (long long)b->o.warmup);
+    if (!r->ok) {
+        char e[256];
+        snprintf(e, sizeof e, "%s", r->err);
+        for (char *p = e; *p; p++)
+            if (*p == ',' || *p == '"' || *p == '\n') *p = ' ';
+        printf(",,,,,,,%.6g,,,,,%s\n", r->s->fwd_flops, e);
+        return;
+    }
+    printf("%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%lld,%.6g,%.6g,%.6g,\n", r->med, r->q1, r->q3, r->lo, r->hi,
+           samples_per_s(r), gflops(r), r->s->fwd_flops, (long long)r->params, r->rss_mb, r->alloc_mb, r->loss);
+}
+
+static void print_table(const bench *b)
+{
+    printf("nabla bench: seconds per mini-batch (median of %lld after %lld warm-up), device %s\n",
+           (long long)b->o.iters, (long long)b->o.warmup, b->dev_name);
+    printf("%-10s %6s %12s", "network", "batch", "parameters");
+    for (int j = 0; j < b->n_threads; j++) {
+        char h[32];
+        if (b->dev.type != NB_DEVICE_CPU) snprintf(h, sizeof h, "%s", b->dev_name);
+        else snprintf(h, sizeof h, "%d thread%s", b->threads[j], b->threads[j] > 1 ? "s" : "");
+        printf(" %11s", h);
+    }
+    printf("\n");
+    for (int i = 0; i < b->n_models; i++) {
+        const bench_result *row = &b->res[i * b->n_threads];
+        printf("%-10s %6lld %12lld", row->s->name, (long long)row->batch, (long long)row->params);
+        for (int j = 0; j < b->n_threads; j++) {
+            if (row[j].ok) printf(" %11.4g", row[j].med);
+            else printf(" %11s", "n/a");
+        }
+        printf("\n");
+    }
+    printf("\n%-10s %7s %10s %10s %10s %11s %9s %9s %10s\n", "network", "threads", "s/batch", "min", "max",
+           "samples/s", "GFLOP/s", "RSS MiB", "alloc MiB");
+    for (int i = 0; i < b->n_res; i++) {
+        const bench_result *r = &b->res[i];
+        if (!r->ok) {
+            printf("%-10s %7d  not available: %s\n", r->s->name, r->threads, r->err);
+            continue;
+        }
+        printf("%-10s %7d %10.4g %10.4g %10.4g %11.5g %9.4g %9.0f %10.0f\n", r->s->name, r->threads, r->med, r->lo,
+               r->hi, samples_per_s(r), gflops(r), r->rss_mb, r->alloc_mb);
+    }
+}
+
+static void emit(const bench *b, const bench_result *r)
+{
+    if (!strcmp(b->o.format, "json")) print_json(b, r);
+    else if (!strcmp(b->o.format, "csv")) print_csv(b, r);
+    fflush(stdout);
+}
+
+/* Every thread count of one network; a network that cannot be built fills its row with the
+ * reason. Returns false when any setting failed. */
+static bool run_model(bench *b, const bench_spec *s)
+{
+    bench_net n;
+    char err[256] = "";
+    int64_t batch = b->o.batch_size_given && !is_gemm(s) ? b->o.batch_size : s->batch;
+    bool built = net_init(&n, s, batch, b->o.seed, b->dev, err, sizeof err), all = built;
+    for (int j = 0; j < b->n_threads; j++) {
+        bench_result *r = &b->res[b->n_res++];
+        if (built) time_net(b, &n, b->threads[j], r);
+        else *r = (bench_result){.s = s, .threads = b->threads[j], .batch = batch};
+        if (!built) snprintf(r->err, sizeof r->err, "%s", err);
+        if (!r->ok && (built || j == 0)) cli_fail(CLI_RUNTIME, "bench: %s", r->err);
+        all = all && r->ok;
+        emit(b, r);
+    }
+    net_free(&n);
+    nb_cpu_empty_cache();
+    return all;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench *b = calloc(1, sizeof *b);
+    if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
+    int rc = cli_parse(argc, argv, 2, "bench",
+                       "--model --device --threads --batch-size --warmup --iters --format --seed", &b->o);
+    if (rc == CLI_OK) rc = setup(b);
+    if (rc == CLI_OK) {
+        if (!strcmp(b->o.format, "csv")) printf("%s\n", csv_header);
+        bool all = true;
+        for (int i = 0; i < b->n_models; i++) all = run_model(b, b->models[i]) && all;
+        if (!strcmp(b->o.format, "table")) print_table(b);
+        rc = all ? CLI_OK : CLI_RUNTIME;
+    }
+    free(b);
+    return rc;
+}
