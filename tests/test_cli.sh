@@ -41,6 +41,7 @@ expect 2 '--epochs: expected an integer' "$nabla" train --model mlp --epochs 1x
 expect 2 '--batch-size: expected an integer' "$nabla" train --model mlp --batch-size 0
 expect 2 '--lr: expected a non-negative number' "$nabla" train --model mlp --lr abc
 expect 2 'unknown optimizer' "$nabla" train --model mlp --optimizer lbfgs
+expect 2 'unknown schedule "step"' "$nabla" train --model mlp --schedule step
 expect 2 'unknown data set' "$nabla" train --model mlp --data imagenet
 expect 2 'unknown device' "$nabla" train --model mlp --device tpu
 expect 2 'load is required' "$nabla" eval --model mlp
@@ -118,6 +119,21 @@ print(len(a), "tensors bit-identical")
 PY
     then pass "resume: $(cat py2.txt)"; else fail "resume: $(cat py2.txt)"; fi
 fi
+
+# ---- resume with a cosine schedule: the learning rate's state is in the checkpoint ----
+common+=(--schedule cosine)
+"$nabla" train "${common[@]}" --epochs 2 --save cs.safetensors > /dev/null 2> c1.err || fail "cosine: straight run: $(cat c1.err)"
+"$nabla" train "${common[@]}" --epochs 2 --stop-after 1 --save cr.safetensors > /dev/null 2> c2.err ||
+    fail "cosine: first epoch: $(cat c2.err)"
+"$nabla" train "${common[@]}" --epochs 2 --resume cr.safetensors --save cr.safetensors > /dev/null 2> c3.err ||
+    fail "cosine: second epoch: $(cat c3.err)"
+e1=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load cs.safetensors 2>&1)
+e2=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load cr.safetensors 2>&1)
+e3=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load straight.safetensors 2>&1)
+if [[ "$e1" == "$e2" && "$e1" == test\ loss* && "$e1" != "$e3" ]]; then pass "cosine resume: eval equal ($e1), differs from constant ($e3)"
+else fail "cosine resume: '$e1' vs '$e2' (constant: '$e3')"; fi
+expect 2 'differs from the checkpoint' "$nabla" train --model mlp --data-dir "$data" --epochs 2 --resume cr.safetensors --schedule none
+expect 2 'spans 2 epochs, not --epochs 3' "$nabla" train --model mlp --data-dir "$data" --epochs 3 --resume cr.safetensors
 
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -14,10 +14,13 @@ enum { CLI_OK = 0, CLI_RUNTIME = 1, CLI_USAGE = 2 };
 
 typedef struct cli_opts {
     const char *model, *data, *data_dir, *optimizer, *device;
+    const char *schedule; /* train: "none" or "cosine" (per-step annealing to 0) */
+    bool schedule_given;
     const char *save, *resume, *metrics, *load;
     const char *format;      /* bench: table | csv | json */
     const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */
-    int64_t epochs, batch_size, limit, threads; /* threads: 0 unless one number was given */
+    int64_t epochs, batch_size, limit, threads;
+    int64_t stop_after; /* train: end this run after that many epochs (0: run to --epochs) */ /* threads: 0 unless one number was given */
     int64_t warmup, iters;   /* bench */
     bool batch_size_given;
     uint64_t seed;

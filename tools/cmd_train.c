@@ -17,6 +17,7 @@ typedef struct trainer {
     nb_dataset *train, *test;
     nb_module *m;
     nb_optim *opt;
+    nb_lr_scheduler *sched; /* --schedule cosine; NULL for none */
     nb_data_loader *loader;
     nb_tensor_map *ck; /* the --resume checkpoint */
     int64_t start_epoch;
@@ -27,6 +28,7 @@ typedef struct trainer {
 static void trainer_free(trainer *t)
 {
     nb_data_loader_free(t->loader);
+    nb_lr_scheduler_free(t->sched);
     nb_optim_free(t->opt);
     nb_module_free(t->m);
     nb_dataset_free(t->train);
@@ -63,6 +65,7 @@ static int read_resume(trainer *t)
     if (nb_safetensors_load(t->o.resume, nb_cpu(), &t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
     const char *model = nb_tensor_map_metadata(t->ck, "model"), *epoch = nb_tensor_map_metadata(t->ck, "epoch");
     const char *seed = nb_tensor_map_metadata(t->ck, "seed"), *opt = nb_tensor_map_metadata(t->ck, "optimizer");
+    const char *sched = nb_tensor_map_metadata(t->ck, "schedule"), *total = nb_tensor_map_metadata(t->ck, "epochs");
     if (!model || !epoch || !seed || !opt)
         return cli_fail(CLI_RUNTIME, "train: %s is not a nabla training checkpoint (metadata missing)", t->o.resume);
     if (strcmp(model, t->o.model) != 0)
@@ -73,6 +76,14 @@ static int read_resume(trainer *t)
                         (unsigned long long)t->o.seed, (unsigned long long)s);
     t->o.seed = s;
     t->o.optimizer = opt;
+    if (!sched) sched = "none"; /* checkpoints from before --schedule */
+    if (t->o.schedule_given && strcmp(sched, t->o.schedule) != 0)
+        return cli_fail(CLI_USAGE, "train: --schedule %s differs from the checkpoint's %s", t->o.schedule, sched);
+    t->o.schedule = sched;
+    /* a schedule spans the run's --epochs: a resumed run must plan the same number */
+    if (strcmp(sched, "none") != 0 && total && strtoll(total, NULL, 10) != t->o.epochs)
+        return cli_fail(CLI_USAGE, "train: the checkpoint's %s schedule spans %s epochs, not --epochs %lld", sched,
+                        total, (long long)t->o.epochs);
     t->start_epoch = strtoll(epoch, NULL, 10);
     return CLI_OK;
 }
@@ -91,10 +102,16 @@ static int setup(trainer *t)
     if (!(t->m = cli_model(t->o.model, t->train, t->o.seed, nb_cpu()))) return cli_fail_nb(CLI_RUNTIME, "train");
     if (t->ck && cli_load_model(t->m, t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: resume");
     if (nb_module_to(t->m, t->dev) != NB_OK || !(t->opt = make_optim(t))) return cli_fail_nb(CLI_RUNTIME, "train");
-    if (t->ck && nb_optim_load_state_dict(t->opt, t->ck, "optim.") != NB_OK)
-        return cli_fail_nb(CLI_RUNTIME, "train: resume");
     nb_data_loader_params lp = cli_loader_params(&t->o, t->o.batch_size, true, t->dev);
     if (!(t->loader = nb_data_loader_create(t->train, &lp))) return cli_fail_nb(CLI_RUNTIME, "train");
+    /* the schedule takes its base rate before a resumed optimizer's current rate is loaded */
+    int64_t steps = t->o.epochs * nb_data_loader_len(t->loader);
+    if (!strcmp(t->o.schedule, "cosine") && !(t->sched = nb_lr_cosine(t->opt, steps > 0 ? steps : 1, 0)))
+        return cli_fail_nb(CLI_RUNTIME, "train");
+    if (t->ck && nb_optim_load_state_dict(t->opt, t->ck, "optim.") != NB_OK)
+        return cli_fail_nb(CLI_RUNTIME, "train: resume");
+    if (t->ck && t->sched && nb_lr_scheduler_load_state_dict(t->sched, t->ck, "sched.") != NB_OK)
+        return cli_fail_nb(CLI_RUNTIME, "train: resume");
     t->tty = isatty(STDOUT_FILENO);
     return CLI_OK;
 }
@@ -123,7 +140,8 @@ static nb_status step(trainer *t, nb_tensor *x, nb_tensor *y, double *sum)
     nb_tensor *loss = logits ? nb_cross_entropy(logits, y, NULL) : NULL;
     double v = 0;
     if (!loss || nb_backward(loss, NULL, 0) != NB_OK || nb_optim_step(t->opt) != NB_OK ||
-        nb_optim_zero_grad(t->opt) != NB_OK || nb_item(loss, &v) != NB_OK)
+        nb_optim_zero_grad(t->opt) != NB_OK || (t->sched && nb_lr_scheduler_step(t->sched) != NB_OK) ||
+        nb_item(loss, &v) != NB_OK)
         return nb_last_status();
     *sum += v;
     return NB_OK;
@@ -170,6 +188,10 @@ static nb_status save(trainer *t, int64_t epochs_done)
         st = v ? nb_tensor_map_set(ck, name, v) : nb_last_status();
     }
     if (st == NB_OK) st = nb_optim_state_dict(t->opt, ck, "optim.");
+    if (st == NB_OK && t->sched) st = nb_lr_scheduler_state_dict(t->sched, ck, "sched.");
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "schedule", t->o.schedule);
+    snprintf(num, sizeof num, "%lld", (long long)t->o.epochs);
+    if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "epochs", num);
     snprintf(num, sizeof num, "%lld", (long long)epochs_done);
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "epoch", num);
     snprintf(num, sizeof num, "%llu", (unsigned long long)t->o.seed);
@@ -192,7 +214,9 @@ static void json_num(FILE *f, const char *key, double v, bool last)
 
 static int run_epochs(trainer *t)
 {
-    for (int64_t e = t->start_epoch; e < t->o.epochs; e++) {
+    int64_t end = t->o.epochs;
+    if (t->o.stop_after > 0 && t->start_epoch + t->o.stop_after < end) end = t->start_epoch + t->o.stop_after;
+    for (int64_t e = t->start_epoch; e < end; e++) {
         double t0 = cli_now(), loss = 0, tl = 0, acc = 0;
         int64_t n = 0;
         if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
@@ -221,7 +245,7 @@ int cmd_train(int argc, char **argv)
     trainer t = {0};
     int rc = cli_parse(argc, argv, 2, "train",
                        "--model --data --data-dir --epochs --batch-size --lr --optimizer --device --threads "
-                       "--seed --save --resume --metrics --limit",
+                       "--seed --save --resume --metrics --limit --schedule --stop-after",
                        &t.o);
     if (rc != CLI_OK) return rc;
     if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
@@ -230,9 +254,9 @@ int cmd_train(int argc, char **argv)
     if (rc == CLI_OK) {
         char dev[32];
         nb_device_str(t.dev, dev, sizeof dev);
-        printf("training %s (%lld parameters) on %s: %lld samples, %s, device %s, %d threads\n", t.o.model,
+        printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads\n", t.o.model,
                (long long)nb_module_num_parameters(t.m), t.o.data, (long long)nb_dataset_size(t.train),
-               t.o.optimizer, dev, nb_get_num_threads());
+               t.o.optimizer, t.sched ? " with cosine schedule" : "", dev, nb_get_num_threads());
         if (t.start_epoch > 0) printf("resuming from %s after epoch %lld\n", t.o.resume, (long long)t.start_epoch);
         rc = run_epochs(&t);
     }

@@ -15,6 +15,9 @@ static const char *const usage_text =
     "  train --model NAME --data fashion-mnist [--data-dir DIR] [--epochs N] [--batch-size N]\n"
     "        [--lr X] [--optimizer sgd|adam|adamw] [--device auto|cpu|cuda[:N]] [--threads N]\n"
     "        [--seed N] [--save FILE] [--resume FILE] [--metrics FILE.jsonl] [--limit N]\n"
+    "        [--schedule none|cosine] [--stop-after N]\n"
+    "        (cosine: the rate anneals to 0 over all --epochs; --stop-after N ends this run after N\n"
+    "        epochs, e.g. to resume it later)\n"
     "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
     "        [--threads N]\n"
     "  info  the version, backends, devices and thread count\n"
@@ -87,6 +90,10 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
     else if (!strcmp(f, "--data")) o->data = v;
     else if (!strcmp(f, "--data-dir")) o->data_dir = v;
     else if (!strcmp(f, "--optimizer")) o->optimizer = v;
+    else if (!strcmp(f, "--schedule")) {
+        o->schedule = v;
+        o->schedule_given = true;
+    }
     else if (!strcmp(f, "--device")) o->device = v;
     else if (!strcmp(f, "--save")) o->save = v;
     else if (!strcmp(f, "--resume")) o->resume = v;
@@ -100,6 +107,7 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
     } else if (!strcmp(f, "--warmup")) rc = parse_int(f, v, 0, &o->warmup);
     else if (!strcmp(f, "--iters")) rc = parse_int(f, v, 1, &o->iters);
     else if (!strcmp(f, "--limit")) rc = parse_int(f, v, 1, &o->limit);
+    else if (!strcmp(f, "--stop-after")) rc = parse_int(f, v, 1, &o->stop_after);
     else if (!strcmp(f, "--threads")) {
         o->threads_arg = v;
         if (!lists || !strchr(v, ',')) rc = parse_int(f, v, 1, &o->threads);
@@ -116,7 +124,7 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
 int cli_parse(int argc, char **argv, int first, const char *cmd, const char *allowed, cli_opts *o)
 {
     *o = (cli_opts){.data = "fashion-mnist", .data_dir = CLI_DEFAULT_DATA_DIR, .optimizer = "adam",
-                    .device = "auto", .format = "table", .epochs = 1, .batch_size = 64, .warmup = 2,
+                    .schedule = "none", .device = "auto", .format = "table", .epochs = 1, .batch_size = 64, .warmup = 2,
                     .iters = 10, .lr = -1};
     bool lists = !strcmp(cmd, "bench");
     for (int i = first; i < argc; i++) {
@@ -136,6 +144,8 @@ int cli_parse(int argc, char **argv, int first, const char *cmd, const char *all
     }
     if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam") && strcmp(o->optimizer, "adamw"))
         return cli_fail(CLI_USAGE, "%s: unknown optimizer \"%s\" (expected sgd, adam or adamw)", cmd, o->optimizer);
+    if (strcmp(o->schedule, "none") && strcmp(o->schedule, "cosine"))
+        return cli_fail(CLI_USAGE, "%s: unknown schedule \"%s\" (expected none or cosine)", cmd, o->schedule);
     if (strcmp(o->data, "fashion-mnist") && strcmp(o->data, "mnist"))
         return cli_fail(CLI_USAGE, "%s: unknown data set \"%s\" (expected fashion-mnist or mnist)", cmd, o->data);
     return CLI_OK;
