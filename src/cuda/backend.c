@@ -15,6 +15,11 @@ FAMILY(cumsum)
 FAMILY(where)
 FAMILY(random)
 FAMILY(index)
+FAMILY(pool)
+FAMILY(batchnorm)
+#ifdef NB_HAVE_CUDNN
+FAMILY(conv)
+#endif
 #undef FAMILY
 
 nb_status nb__cuda_fused_optim(int index, const nb_optim_batch *b);
@@ -60,9 +65,13 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define gemm nb_cuda_k_gemm
 #define index nb_cuda_k_index
 #define sort NULL
+#ifdef NB_HAVE_CUDNN
+#define conv nb_cuda_k_conv
+#else
 #define conv NULL
-#define pool NULL
-#define batchnorm NULL
+#endif
+#define pool nb_cuda_k_pool
+#define batchnorm nb_cuda_k_batchnorm
 #define rnn NULL
 
 const nb_backend nb__cuda_backend = {

@@ -110,6 +110,23 @@ struct nb_optim_entry;
 cudaError_t nb_cuda_launch_optim(const struct nb_optim_batch *b, const struct nb_optim_entry *dev_entries,
                                  const nb_cuda_chunk *dev_chunks, int64_t nchunks, cudaStream_t s);
 
+/* Pooling geometry (contiguous NCHW): planes = N C, input h x w, output oh x ow, kernel, stride,
+ * padding; count_include_pad for average pooling. */
+typedef struct nb_cuda_pool {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+    bool count_include_pad;
+} nb_cuda_pool;
+/* The pool family: in0 = x (forward) or the output gradient (backward), in1 = max pooling's
+ * indices (its backward), out2 = the indices (max forward); dtype 0 float32, 1 float64. */
+cudaError_t nb_cuda_launch_pool(int op, int dtype, const nb_cuda_pool *g, const void *in0, const void *in1, void *out,
+                                void *out2, cudaStream_t s);
+/* Batch norm over [n, c, sp]: forward a0..a2 = x, weight, bias (NULL: 1, 0), out = y, out2 = stats
+ * [2, c] (written when training, read otherwise); backward a0 = g, a1 = x, a3 = aux [3, c] (mean,
+ * var, weight), out = gx or NULL, out2 = [2, c] (grad weight, grad bias). */
+cudaError_t nb_cuda_launch_batchnorm(bool backward, int dtype, int64_t n, int64_t c, int64_t sp, const void *a0,
+                                     const void *a1, const void *a2, const void *a3, void *out, void *out2, double eps,
+                                     bool training, cudaStream_t st);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,

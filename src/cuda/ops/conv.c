@@ -1,0 +1,292 @@
+/* CUDA kernels' C side for the conv family, through cuDNN (NCHW, contiguous operands, float32 or
+ * float64): CONV2D (then the bias with cudnnAddTensor and, with the fused-ReLU flag, the ReLU in
+ * place), CONV2D_BACKWARD_INPUT (backward data) and CONV2D_BACKWARD_WEIGHT (backward filter, and
+ * the bias gradient). Each (direction, shape, parameters, dtype, device) has its algorithm found
+ * once by cuDNN's search (cudnnFind*, which times the candidates) and cached; the workspace comes
+ * from the caching allocator. float32 convolutions use TF32 tensor cores only when
+ * nb_cuda_set_allow_tf32 says so (CUDNN_FMA_MATH otherwise), like the matrix products. */
+#include <cudnn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core/tensor_impl.h"
+#include "cuda/cuda_impl.h"
+
+static cudnnHandle_t g_handle[NB_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static nb_status dnn_err(cudnnStatus_t s, const char *what)
+{
+    return nb__err(s == CUDNN_STATUS_ALLOC_FAILED ? NB_ERR_OOM : NB_ERR_DEVICE, "%s: cuDNN: %s", what,
+                   cudnnGetErrorString(s));
+}
+
+#define DNN_TRY(call, what)                                                                      \
+    do {                                                                                         \
+        cudnnStatus_t nb__s = (call);                                                            \
+        if (nb__s != CUDNN_STATUS_SUCCESS) {                                                     \
+            st = dnn_err(nb__s, what);                                                           \
+            goto done;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+/* ---- the algorithm cache ---------------------------------------------------------------------- */
+
+typedef struct conv_key {
+    int dir, dev, dtype, tf32;
+    int64_t n, c, h, w, o, kh, kw;
+    int64_t i0, i1;
+} conv_key;
+
+#define CACHE_MAX 512
+static struct {
+    conv_key key;
+    int algo;
+} g_cache[CACHE_MAX];
+static int g_ncache;
+
+static bool cache_get(const conv_key *k, int *algo)
+{
+    bool found = false;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_ncache && !found; i++)
+        if (!memcmp(&g_cache[i].key, k, sizeof *k)) {
+            *algo = g_cache[i].algo;
+            found = true;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return found;
+}
+
+static void cache_put(const conv_key *k, int algo)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_ncache < CACHE_MAX) { /* beyond: searched again each time, still correct */
+        g_cache[g_ncache].key = *k;
+        g_cache[g_ncache++].algo = algo;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- descriptors -------------------------------------------------------------------------------- */
+
+typedef struct descs {
+    cudnnTensorDescriptor_t x, y, b;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnActivationDescriptor_t act;
+} descs;
+
+static void descs_free(descs *d)
+{
+    if (d->x) cudnnDestroyTensorDescriptor(d->x);
+    if (d->y) cudnnDestroyTensorDescriptor(d->y);
+    if (d->b) cudnnDestroyTensorDescriptor(d->b);
+    if (d->w) cudnnDestroyFilterDescriptor(d->w);
+    if (d->conv) cudnnDestroyConvolutionDescriptor(d->conv);
+    if (d->act) cudnnDestroyActivationDescriptor(d->act);
+}
+
+/* Descriptors for input x [N, C, H, W], weight w [O, C/g, KH, KW], output y [N, O, OH, OW]. */
+static nb_status descs_make(descs *d, const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0,
+                            int64_t i1, bool relu)
+{
+    nb_status st = NB_OK;
+    cudnnDataType_t ty = x->dtype == NB_FLOAT64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    int sh = (int)(i0 & 0xffff), sw = (int)(i0 >> 16 & 0xffff), ph = (int)(i0 >> 32 & 0xffff),
+        pw = (int)(i0 >> 48 & 0xffff);
+    int dh = (int)(i1 & 0xffff), dw = (int)(i1 >> 16 & 0xffff), groups = (int)(i1 >> 32);
+    memset(d, 0, sizeof *d);
+    DNN_TRY(cudnnCreateTensorDescriptor(&d->x), "conv2d");
+    DNN_TRY(cudnnCreateTensorDescriptor(&d->y), "conv2d");
+    DNN_TRY(cudnnCreateTensorDescriptor(&d->b), "conv2d");
+    DNN_TRY(cudnnCreateFilterDescriptor(&d->w), "conv2d");
+    DNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv), "conv2d");
+    DNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, ty, (int)x->shape[0], (int)x->shape[1],
+                                       (int)x->shape[2], (int)x->shape[3]),
+            "conv2d");
+    DNN_TRY(cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, ty, (int)y->shape[0], (int)y->shape[1],
+                                       (int)y->shape[2], (int)y->shape[3]),
+            "conv2d");
+    DNN_TRY(cudnnSetTensor4dDescriptor(d->b, CUDNN_TENSOR_NCHW, ty, 1, (int)y->shape[1], 1, 1), "conv2d");
+    DNN_TRY(cudnnSetFilter4dDescriptor(d->w, ty, CUDNN_TENSOR_NCHW, (int)w->shape[0], (int)w->shape[1],
+                                       (int)w->shape[2], (int)w->shape[3]),
+            "conv2d");
+    DNN_TRY(cudnnSetConvolution2dDescriptor(d->conv, ph, pw, sh, sw, dh, dw, CUDNN_CROSS_CORRELATION, ty), "conv2d");
+    DNN_TRY(cudnnSetConvolutionGroupCount(d->conv, groups), "conv2d");
+    DNN_TRY(cudnnSetConvolutionMathType(d->conv, ty == CUDNN_DATA_FLOAT && nb_cuda_get_allow_tf32()
+                                                     ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                                     : CUDNN_FMA_MATH),
+            "conv2d");
+    if (relu) {
+        DNN_TRY(cudnnCreateActivationDescriptor(&d->act), "conv2d");
+        DNN_TRY(cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0), "conv2d");
+    }
+done:
+    return st;
+}
+
+static nb_status handle_of(int dev, cudnnHandle_t *h)
+{
+    pthread_mutex_lock(&g_lock);
+    cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (!g_handle[dev]) s = cudnnCreate(&g_handle[dev]);
+    *h = g_handle[dev];
+    pthread_mutex_unlock(&g_lock);
+    return s == CUDNN_STATUS_SUCCESS ? NB_OK : dnn_err(s, "conv2d");
+}
+
+static conv_key key_of(int dir, int dev, const nb_tensor *x, const nb_tensor *w, const nb_kargs *a)
+{
+    conv_key k;
+    memset(&k, 0, sizeof k); /* padding bytes too: the key is compared with memcmp */
+    k.dir = dir, k.dev = dev, k.dtype = (int)x->dtype, k.tf32 = nb_cuda_get_allow_tf32();
+    k.n = x->shape[0], k.c = x->shape[1], k.h = x->shape[2], k.w = x->shape[3];
+    k.o = w->shape[0], k.kh = w->shape[2], k.kw = w->shape[3];
+    k.i0 = a->i0, k.i1 = a->i1;
+    return k;
+}
+
+/* ---- the three directions ----------------------------------------------------------------------- */
+
+static nb_status forward(cudnnHandle_t h, int dev, const nb_kargs *a)
+{
+    const nb_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    nb_tensor *y = a->out;
+    descs d;
+    nb_status st = descs_make(&d, x, w, y, a->i0, a->i1, a->flag);
+    void *ws = NULL;
+    size_t wsz = 0;
+    if (st != NB_OK) goto done;
+    conv_key key = key_of(0, dev, x, w, a);
+    int algo;
+    if (!cache_get(&key, &algo)) {
+        cudnnConvolutionFwdAlgoPerf_t perf[8];
+        int n = 0;
+        DNN_TRY(cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, 8, &n, perf), "conv2d");
+        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+        cache_put(&key, algo);
+    }
+    DNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)algo, &wsz),
+            "conv2d");
+    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
+        st = nb_last_status();
+        goto done;
+    }
+    double one = 1, zero = 0;
+    float onef = 1, zerof = 0;
+    const void *al = x->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
+    const void *be = x->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    DNN_TRY(cudnnConvolutionForward(h, al, d.x, nb__data(x), d.w, nb__data(w), d.conv, (cudnnConvolutionFwdAlgo_t)algo,
+                                    ws, wsz, be, d.y, nb__data(y)),
+            "conv2d");
+    if (b) DNN_TRY(cudnnAddTensor(h, al, d.b, nb__data(b), al, d.y, nb__data(y)), "conv2d");
+    if (a->flag) DNN_TRY(cudnnActivationForward(h, d.act, al, d.y, nb__data(y), be, d.y, nb__data(y)), "conv2d");
+done:
+    if (ws) nb__cuda_free(dev, ws, wsz);
+    descs_free(&d);
+    return st;
+}
+
+static nb_status backward_input(cudnnHandle_t h, int dev, const nb_kargs *a)
+{
+    const nb_tensor *g = a->in[0], *w = a->in[1];
+    nb_tensor *gx = a->out;
+    descs d;
+    nb_status st = descs_make(&d, gx, w, g, a->i0, a->i1, false);
+    void *ws = NULL;
+    size_t wsz = 0;
+    if (st != NB_OK) goto done;
+    conv_key key = key_of(1, dev, gx, w, a);
+    int algo;
+    if (!cache_get(&key, &algo)) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+        int n = 0;
+        DNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, 8, &n, perf), "conv2d backward");
+        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+        cache_put(&key, algo);
+    }
+    DNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)algo,
+                                                         &wsz),
+            "conv2d backward");
+    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
+        st = nb_last_status();
+        goto done;
+    }
+    double one = 1, zero = 0;
+    float onef = 1, zerof = 0;
+    const void *al = gx->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
+    const void *be = gx->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    DNN_TRY(cudnnConvolutionBackwardData(h, al, d.w, nb__data(w), d.y, nb__data(g), d.conv,
+                                         (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsz, be, d.x, nb__data(gx)),
+            "conv2d backward");
+done:
+    if (ws) nb__cuda_free(dev, ws, wsz);
+    descs_free(&d);
+    return st;
+}
+
+static nb_status backward_weight(cudnnHandle_t h, int dev, const nb_kargs *a)
+{
+    const nb_tensor *g = a->in[0], *x = a->in[1];
+    nb_tensor *gw = a->out, *gb = a->out2;
+    descs d;
+    nb_status st = descs_make(&d, x, gw, g, a->i0, a->i1, false);
+    void *ws = NULL;
+    size_t wsz = 0;
+    if (st != NB_OK) goto done;
+    conv_key key = key_of(2, dev, x, gw, a);
+    int algo;
+    if (!cache_get(&key, &algo)) {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
+        int n = 0;
+        DNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, 8, &n, perf), "conv2d backward");
+        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+        cache_put(&key, algo);
+    }
+    DNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w,
+                                                           (cudnnConvolutionBwdFilterAlgo_t)algo, &wsz),
+            "conv2d backward");
+    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
+        st = nb_last_status();
+        goto done;
+    }
+    double one = 1, zero = 0;
+    float onef = 1, zerof = 0;
+    const void *al = x->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
+    const void *be = x->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    DNN_TRY(cudnnConvolutionBackwardFilter(h, al, d.x, nb__data(x), d.y, nb__data(g), d.conv,
+                                           (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsz, be, d.w, nb__data(gw)),
+            "conv2d backward");
+    if (gb) DNN_TRY(cudnnConvolutionBackwardBias(h, al, d.y, nb__data(g), be, d.b, nb__data(gb)), "conv2d backward");
+done:
+    if (ws) nb__cuda_free(dev, ws, wsz);
+    descs_free(&d);
+    return st;
+}
+
+nb_status nb_cuda_k_conv(nb_op op, const nb_kargs *a)
+{
+    nb_dtype dt = a->out->dtype;
+    if (dt != NB_FLOAT32 && dt != NB_FLOAT64)
+        return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported on CUDA", nb__op_name(op), nb_dtype_name(dt));
+    if (nb_tensor_numel(a->out) == 0) return NB_OK;
+    int dev = a->out->storage->device.index;
+    int prev = nb__cuda_enter(dev);
+    cudnnHandle_t h = NULL;
+    nb_status st = handle_of(dev, &h);
+    if (st == NB_OK) {
+        cudnnStatus_t s = cudnnSetStream(h, nb__cuda_stream(dev)->handle);
+        if (s != CUDNN_STATUS_SUCCESS) st = dnn_err(s, nb__op_name(op));
+    }
+    if (st == NB_OK) {
+        switch (op) {
+        case NB_OP_CONV2D: st = forward(h, dev, a); break;
+        case NB_OP_CONV2D_BACKWARD_INPUT: st = backward_input(h, dev, a); break;
+        case NB_OP_CONV2D_BACKWARD_WEIGHT: st = backward_weight(h, dev, a); break;
+        default: st = nb__err(NB_ERR_INTERNAL, "conv kernel: unexpected op %s", nb__op_name(op));
+        }
+    }
+    nb__cuda_leave(prev);
+    return st;
+}

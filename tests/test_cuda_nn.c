@@ -1,0 +1,168 @@
+/* The CUDA layers against the CPU's results: conv2d through cuDNN (bias, stride, padding,
+ * dilation, groups; input, weight and bias gradients), max / average / adaptive pooling and
+ * their gradients, batch norm in training (running statistics) and evaluation with gradients,
+ * and the zoo's CNN: the same weights give the same loss and gradients on both devices, and
+ * a few Adam steps on the GPU track the CPU's. Exits 77 (ctest: Skipped) without a GPU. */
+#include <stdio.h>
+
+#include "nbtest.h"
+#include "nabla/cuda.h"
+
+static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
+
+static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
+
+static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
+{
+    nbt_assert_close(NBT_CHECK(nb_to(got_dev, nb_cpu())), want, rtol, rtol, what);
+}
+
+static nb_tensor *randn(const int64_t *shape, int nd, nb_dtype dt)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    return NBT_CHECK(nb_randn(shape, nd, &p));
+}
+
+/* a leaf copy of t on the device */
+static nb_tensor *dev_leaf(const nb_tensor *t)
+{
+    nb_tensor *d = NBT_CHECK(nb_tensor_retain(cuda(t)));
+    NBT_OK(nb_tensor_set_requires_grad(d, true));
+    return d;
+}
+
+typedef nb_tensor *(*layer_fn)(nb_tensor *const *in, void *ctx);
+
+/* f on host leaves and on device leaves: outputs and every input's gradient agree */
+static void compare(layer_fn f, void *ctx, nb_tensor *const *in, int n, double rtol, const char *what)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *h[4], *d[4];
+    for (int i = 0; i < n; i++) h[i] = nbt_leaf(in[i]), d[i] = dev_leaf(in[i]);
+    nb_tensor *yh = NBT_CHECK(f(h, ctx)), *yd = NBT_CHECK(f(d, ctx));
+    close_to(yd, yh, rtol, what);
+    nb_tensor *g = randn(nb_tensor_shape(yh), nb_tensor_ndim(yh), nb_tensor_dtype(yh));
+    NBT_OK(nb_backward(yh, g, 0));
+    NBT_OK(nb_backward(yd, cuda(g), 0));
+    for (int i = 0; i < n; i++) {
+        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), rtol * 10, what);
+        nb_tensor_free(d[i]);
+    }
+    nb_scope_end(s);
+}
+
+static nb_tensor *conv_f(nb_tensor *const *in, void *ctx) { return nb_conv2d(in[0], in[1], in[2], ctx); }
+static nb_tensor *maxp_f(nb_tensor *const *in, void *ctx)
+{
+    int64_t k[2] = {3, 3}, st[2] = {2, 2}, pd[2] = {1, 1};
+    return nb_max_pool2d(in[0], k, st, pd, ctx != NULL);
+}
+static nb_tensor *avgp_f(nb_tensor *const *in, void *ctx)
+{
+    int64_t k[2] = {3, 2}, st[2] = {2, 1}, pd[2] = {1, 0};
+    return nb_avg_pool2d(in[0], k, st, pd, true, ctx != NULL);
+}
+static nb_tensor *adapt_f(nb_tensor *const *in, void *ctx) { return nb_adaptive_avg_pool2d(in[0], 3, 4); }
+
+static void test_conv_and_pool(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 2; dt++) {
+        nb_dtype t = dt ? NB_FLOAT64 : NB_FLOAT32;
+        double rtol = dt ? 1e-11 : 1e-4;
+        int64_t sx[4] = {3, 4, 11, 13}, sw[4] = {6, 2, 3, 3}, sb[1] = {6};
+        nb_tensor *in[3] = {randn(sx, 4, t), randn(sw, 4, t), randn(sb, 1, t)};
+        nb_conv2d_params p = nb_conv2d_params_default();
+        p.stride[0] = 2, p.padding[0] = p.padding[1] = 1, p.dilation[1] = 2, p.groups = 2;
+        compare(conv_f, &p, in, 3, rtol, "conv2d");
+        p = nb_conv2d_params_default();
+        p.groups = 2; /* weight [6, 2, ...] over 4 channels */
+        compare(conv_f, &p, in, 2, rtol, "conv2d without bias");
+        compare(maxp_f, NULL, in, 1, rtol, "max_pool2d");
+        compare(maxp_f, (void *)1, in, 1, rtol, "max_pool2d ceil");
+        compare(avgp_f, NULL, in, 1, rtol, "avg_pool2d");
+        compare(avgp_f, (void *)1, in, 1, rtol, "avg_pool2d count_include_pad");
+        compare(adapt_f, NULL, in, 1, rtol, "adaptive_avg_pool2d");
+    }
+}
+
+static nb_tensor *bn_f(nb_tensor *const *in, void *ctx)
+{
+    nb_tensor **run = ctx; /* running mean, var of the device of in[0] */
+    bool on_cuda = nb_tensor_device(in[0]).type == NB_DEVICE_CUDA;
+    return nb_batch_norm(in[0], run[on_cuda ? 2 : 0], run[on_cuda ? 3 : 1], in[1], in[2], run[4] != NULL, 0.1, 1e-5);
+}
+
+static void test_batch_norm(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sx[4] = {5, 3, 6, 7}, sc[1] = {3};
+    nb_tensor *in[3] = {randn(sx, 4, NB_FLOAT64), randn(sc, 1, NB_FLOAT64), randn(sc, 1, NB_FLOAT64)};
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_FLOAT64;
+    nb_tensor *rm = NBT_CHECK(nb_zeros(sc, 1, &p)), *rv = NBT_CHECK(nb_ones(sc, 1, &p));
+    nb_tensor *run[5] = {rm, rv, cuda(rm), cuda(rv), rm /* training */};
+    compare(bn_f, run, in, 3, 1e-11, "batch_norm training");
+    close_to(run[2], run[0], 1e-12, "running mean");
+    close_to(run[3], run[1], 1e-12, "running var");
+    run[4] = NULL;
+    compare(bn_f, run, in, 3, 1e-11, "batch_norm evaluation");
+    nb_scope_end(s);
+}
+
+/* The zoo CNN: same weights, same batch: loss and gradients agree; 5 Adam steps stay close. */
+static void test_cnn(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_module *mh = NBT_CHECK(nb_model_create("cnn", 1, 28, 28, 10, NULL));
+    nb_module *md = NBT_CHECK(nb_model_create("cnn", 1, 28, 28, 10, NULL));
+    nb_tensor_map *sd = NBT_CHECK(nb_tensor_map_create());
+    NBT_OK(nb_module_state_dict(mh, sd));
+    NBT_OK(nb_module_load_state_dict(md, sd, true));
+    NBT_OK(nb_module_to(md, CUDA0));
+    nb_module_train(mh, false); /* dropout off: its masks differ by draw order, not by device */
+    nb_module_train(md, false);
+    int64_t sx[4] = {16, 1, 28, 28}, sy[1] = {16};
+    nb_tensor_params pi = nb_tensor_params_default();
+    pi.dtype = NB_INT64;
+    nb_tensor *x = randn(sx, 4, NB_FLOAT32), *y = NBT_CHECK(nb_randint(0, 10, sy, 1, &pi));
+    nb_tensor *ph[32], *pd[32];
+    int np = nb_module_parameters(mh, ph, 32);
+    assert_int_equal(nb_module_parameters(md, pd, 32), np);
+    nb_optim *oh = NBT_CHECK(nb_optim_adam(ph, np, NULL)), *od = NBT_CHECK(nb_optim_adam(pd, np, NULL));
+    for (int step = 0; step < 5; step++) {
+        nb_scope *t = nb_scope_begin();
+        nb_tensor *lh = NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_module_forward(mh, x)), y, NULL));
+        nb_tensor *ld = NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_module_forward(md, cuda(x))), cuda(y), NULL));
+        close_to(ld, lh, 1e-4, "cnn loss");
+        NBT_OK(nb_backward(lh, NULL, 0));
+        NBT_OK(nb_backward(ld, NULL, 0));
+        if (step == 0)
+            for (int i = 0; i < np; i++) close_to(nb_tensor_grad(pd[i]), nb_tensor_grad(ph[i]), 1e-3, "cnn grad");
+        NBT_OK(nb_optim_step(oh));
+        NBT_OK(nb_optim_step(od));
+        NBT_OK(nb_optim_zero_grad(oh));
+        NBT_OK(nb_optim_zero_grad(od));
+        nb_scope_end(t);
+    }
+    nb_optim_free(oh);
+    nb_optim_free(od);
+    nb_tensor_map_free(sd);
+    nb_module_free(mh);
+    nb_module_free(md);
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    if (nb_cuda_device_count() == 0) {
+        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_batch_norm),
+                                       cmocka_unit_test(test_cnn)};
+    return NBT_RUN(tests);
+}
