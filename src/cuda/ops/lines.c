@@ -33,6 +33,9 @@ static nb_status done(cudaError_t e, nb_op op, int prev)
 
 nb_status nb_cuda_k_softmax(nb_op op, const nb_kargs *a)
 {
+    if (op != NB_OP_SOFTMAX && op != NB_OP_LOG_SOFTMAX && op != NB_OP_SOFTMAX_BACKWARD &&
+        op != NB_OP_LOG_SOFTMAX_BACKWARD)
+        return nb__err(NB_ERR_UNSUPPORTED, "%s: no CUDA kernel yet", nb__op_name(op));
     nb_dtype dt = a->out->dtype;
     if (dt != NB_FLOAT32 && dt != NB_FLOAT64)
         return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
