@@ -2,6 +2,7 @@
  * scalar), scatter_add and index_add with repeated indices, masked_fill, one_hot, embedding with
  * its backward, cross entropy with its backward, and the out-of-range errors. Exits 77 (ctest:
  * Skipped) on a machine without a GPU. */
+#include <math.h>
 #include <stdio.h>
 
 #include "nbtest.h"
@@ -99,12 +100,41 @@ static void test_embedding_and_loss(void **state)
     nb_scope_end(s);
 }
 
+/* sort and topk: stable, NaN the largest, along every dim, against the CPU */
+static void test_sort(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[3] = {4, 37, 5};
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_FLOAT64;
+    /* few distinct values (ties) and some NaNs */
+    nb_tensor *x = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_randint(-3, 4, sh, 3, NULL)), NB_FLOAT64));
+    nb_tensor *nan = NBT_CHECK(nb_full(sh, 3, NAN, &p));
+    x = NBT_CHECK(nb_where(NBT_CHECK(nb_gt_scalar(NBT_CHECK(nb_rand(sh, 3, &p)), 0.9)), nan, x));
+    nb_tensor *no_nan = NBT_CHECK(nb_where(NBT_CHECK(nb_ne(x, x)), NBT_CHECK(nb_zeros_like(x)), x));
+    const nb_dtype dts[] = {NB_FLOAT64, NB_FLOAT32, NB_INT64, NB_INT32};
+    for (int k = 0; k < 4; k++) {
+        nb_tensor *xt = NBT_CHECK(nb_to_dtype(k < 2 ? x : no_nan, dts[k]));
+        for (int64_t dim = 0; dim < 3; dim++)
+            for (int desc = 0; desc < 2; desc++) {
+                nb_tensor *ih, *id;
+                close_to(NBT_CHECK(nb_sort(cuda(xt), dim, desc, &id)), NBT_CHECK(nb_sort(xt, dim, desc, &ih)), 0, "sort");
+                close_to(id, ih, 0, "sort indices (stable)");
+                close_to(NBT_CHECK(nb_topk(cuda(xt), 3, dim, desc, true, &id)), NBT_CHECK(nb_topk(xt, 3, dim, desc, true, &ih)),
+                         0, "topk");
+            }
+    }
+    nb_scope_end(s);
+}
+
 int main(void)
 {
     if (nb_cuda_device_count() == 0) {
         printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_index_ops), cmocka_unit_test(test_embedding_and_loss)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_index_ops), cmocka_unit_test(test_embedding_and_loss),
+                                       cmocka_unit_test(test_sort)};
     return NBT_RUN(tests);
 }

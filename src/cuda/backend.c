@@ -16,6 +16,7 @@ FAMILY(where)
 FAMILY(random)
 FAMILY(index)
 FAMILY(pool)
+FAMILY(sort)
 FAMILY(batchnorm)
 #ifdef NB_HAVE_CUDNN
 FAMILY(conv)
@@ -64,7 +65,7 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #define cumsum nb_cuda_k_cumsum
 #define gemm nb_cuda_k_gemm
 #define index nb_cuda_k_index
-#define sort NULL
+#define sort nb_cuda_k_sort
 #ifdef NB_HAVE_CUDNN
 #define conv nb_cuda_k_conv
 #else

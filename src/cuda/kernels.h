@@ -127,6 +127,12 @@ cudaError_t nb_cuda_launch_batchnorm(bool backward, int dtype, int64_t n, int64_
                                      const void *a1, const void *a2, const void *a3, void *out, void *out2, double eps,
                                      bool training, cudaStream_t st);
 
+/* SORT / TOPK over lines (data = out, input, indices; D = the input's length along dim): the
+ * first m of each sorted line go to out and the int64 indices. With scratch NULL, writes the
+ * device scratch size needed into *scratch_bytes and launches nothing. es: the element size. */
+cudaError_t nb_cuda_launch_sort(const nb_cuda_lines *p, int dtype, int es, int64_t m, bool descending, void *scratch,
+                                size_t *scratch_bytes, cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,
