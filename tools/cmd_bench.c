@@ -316,11 +316,24 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     nb_status st = t ? NB_OK : NB_ERR_OOM;
     if (st == NB_OK && b->dev.type == NB_DEVICE_CPU) st = nb_set_num_threads(threads);
     for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) st = iterate(n, b->dev, &r->loss);
+    /* on a GPU, CUDA events bracket each iteration on the current stream: the time the device
+     * took from the first queued kernel to the last, host gaps between launches included */
+    bool gpu = b->dev.type == NB_DEVICE_CUDA;
+    nb_event *e0 = NULL, *e1 = NULL;
+    if (st == NB_OK && gpu && (!(e0 = nb_cuda_event_create(true)) || !(e1 = nb_cuda_event_create(true))))
+        st = nb_last_status();
     for (int64_t i = 0; st == NB_OK && i < iters; i++) {
         double t0 = cli_now();
-        st = iterate(n, b->dev, &r->loss);
-        t[i] = cli_now() - t0;
+        if (gpu) st = nb_cuda_event_record(e0, NULL);
+        if (st == NB_OK) st = iterate(n, b->dev, &r->loss);
+        if (st == NB_OK && gpu) st = nb_cuda_event_record(e1, NULL);
+        if (st == NB_OK && gpu) st = nb_cuda_event_synchronize(e1);
+        float ms = 0;
+        if (st == NB_OK && gpu) st = nb_cuda_event_elapsed_ms(e0, e1, &ms);
+        t[i] = gpu ? (double)ms / 1000.0 : cli_now() - t0;
     }
+    nb_cuda_event_free(e0);
+    nb_cuda_event_free(e1);
     if (st != NB_OK) {
         snprintf(r->err, sizeof r->err, "%s: %s", n->s->name, t ? nb_last_error() : "out of memory");
     } else {
