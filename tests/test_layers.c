@@ -36,6 +36,13 @@ static nb_module *make(const char *name, nb_dtype dt)
     if (!strcmp(name, "bn1d")) return nb_batch_norm1d_module(5, &p);
     if (!strcmp(name, "lrn3")) return nb_local_response_norm_module(3, 0.1, 0.75, 2.0);
     if (!strcmp(name, "lrn4")) return nb_local_response_norm_module(4, 1e-4, 0.75, 1.0);
+    if (!strcmp(name, "seq_conv_relu")) {
+        nb_conv2d_params c = nb_conv2d_params_default();
+        c.padding[0] = c.padding[1] = 1;
+        nb_module *k[5] = {nb_conv2d_module(3, 4, 3, 3, &c, true, &p), nb_relu_module(), nb_max_pool2d_module(2, 0, 0),
+                           nb_conv2d_module(4, 5, 3, 3, NULL, false, &p), nb_relu_module()};
+        return nb_sequential(k, 5);
+    }
     return NULL;
 }
 
@@ -116,7 +123,7 @@ static void test_layers_pytorch(void **state)
 {
     (void)state;
     static const char *const names[] = {"conv", "conv_nobias", "maxpool", "avgpool", "adaptive",
-                                        "bn2d", "bn1d",        "lrn3",    "lrn4"};
+                                        "bn2d", "bn1d",        "lrn3",    "lrn4",    "seq_conv_relu"};
     nb_scope *s = nb_scope_begin();
     nb_tensor_map *ref = nbt_load_ref("layers");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
@@ -187,6 +194,74 @@ static void test_init(void **state)
     nb_scope_end(s);
 }
 
+/* x's and every parameter's gradient after backward of y with gout; grads reset to none after. */
+static void grads_of(nb_module *m, nb_tensor *x, nb_tensor *y, const nb_tensor *gout, nb_tensor **out)
+{
+    NBT_OK(nb_backward(y, gout, 0));
+    nb_tensor *params[4];
+    int n = nb_module_parameters(m, params, 4);
+    assert_int_equal(n, 3);
+    out[0] = NBT_CHECK(nb_clone(NBT_CHECK(nb_tensor_grad(x))));
+    for (int i = 0; i < n; i++) {
+        out[1 + i] = NBT_CHECK(nb_clone(NBT_CHECK(nb_tensor_grad(params[i]))));
+        NBT_OK(nb_tensor_set_grad(params[i], NULL));
+    }
+}
+
+/* A module typed "ReLU" that doubles its input: Sequential must not take it for a ReLU. */
+static nb_tensor *twice_forward(nb_module *self, nb_tensor *x) { return (void)self, nb_mul_scalar(x, 2); }
+static const nb_module_funcs twice_funcs = {"ReLU", twice_forward, NULL};
+
+/* Sequential runs Conv2d + ReLU as one fused convolution (one node: the output's grad_fn is the
+ * convolution's): the same output and gradients as running the children one by one, and the
+ * same state_dict names. */
+static void test_sequential_fusion(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        nb_scope *s = nb_scope_begin();
+        nb_dtype dt = d ? NB_FLOAT64 : NB_FLOAT32;
+        double tol = d ? 1e-12 : 1e-6;
+        nb_module *m = NBT_CHECK(make("seq_conv_relu", dt));
+        const char *names[4];
+        assert_int_equal(nb_module_named_parameters(m, names, NULL, 4), 3);
+        assert_string_equal(names[0], "0.weight");
+        assert_string_equal(names[1], "0.bias");
+        assert_string_equal(names[2], "3.weight");
+        nb_tensor_params p = nb_tensor_params_default();
+        p.dtype = dt;
+        nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){2, 3, 8, 8}, 4, &p));
+        NBT_OK(nb_tensor_set_requires_grad(x, true));
+        nb_tensor *fused = NBT_CHECK(nb_module_forward(m, x));
+        nb_tensor *h = x;
+        for (int i = 0; i < 5; i++) {
+            char key[4] = {(char)('0' + i), 0};
+            h = NBT_CHECK(nb_module_forward(nb_module_get_module(m, key), h));
+        }
+        nb_tensor *w0 = nb_module_get_parameter(nb_module_get_module(m, "0"), "weight");
+        nb_tensor *conv = NBT_CHECK(nb_conv2d(x, w0, NULL, NULL));
+        assert_string_equal(nb_tensor_grad_fn_name(fused), nb_tensor_grad_fn_name(conv));
+        assert_string_equal(nb_tensor_grad_fn_name(h), nb_tensor_grad_fn_name(NBT_CHECK(nb_relu(x))));
+        nbt_assert_close(fused, h, tol, tol, "Sequential fused vs unfused: out");
+        nb_tensor *gout = NBT_CHECK(nb_randn_like(h)), *ga[4], *gb[4];
+        grads_of(m, x, fused, gout, ga);
+        NBT_OK(nb_tensor_set_grad(x, NULL));
+        grads_of(m, x, h, gout, gb);
+        for (int i = 0; i < 4; i++) nbt_assert_close(ga[i], gb[i], tol, tol, "Sequential fused vs unfused: grads");
+        nb_module_free(m);
+        nb_scope_end(s);
+    }
+    nb_scope *s = nb_scope_begin();
+    nb_module *conv = NBT_CHECK(nb_conv2d_module(2, 3, 3, 3, NULL, true, NULL));
+    nb_module *k[2] = {conv, NBT_CHECK(nb_module_create(&twice_funcs, NULL))};
+    nb_module *seq = NBT_CHECK(nb_sequential(k, 2));
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){1, 2, 5, 5}, 4, NULL));
+    nb_tensor *want = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_module_forward(conv, x)), 2));
+    nbt_assert_close(NBT_CHECK(nb_module_forward(seq, x)), want, 0, 0, "Sequential with a custom \"ReLU\"");
+    nb_module_free(seq);
+    nb_scope_end(s);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -230,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_layers_pytorch),
         cmocka_unit_test(test_lrn_gradcheck),
         cmocka_unit_test(test_init),
+        cmocka_unit_test(test_sequential_fusion),
         cmocka_unit_test(test_errors),
     };
     return NBT_RUN(tests);

@@ -17,13 +17,15 @@ typedef struct nb_conv2d_params {
     int64_t padding[2];  /* >= 0, zeros (default 0, 0) */
     int64_t dilation[2]; /* >= 1 (default 1, 1) */
     int64_t groups;      /* divides both channel counts (default 1) */
+    bool relu;           /* apply max(0, .) to the output, fused into the convolution (default
+                            false): as nb_relu(nb_conv2d(...)), in one autograd node */
 } nb_conv2d_params;
 
 NB_API nb_conv2d_params nb_conv2d_params_default(void);
 
 /* x [N, C, H, W] (or [C, H, W]: one image), weight [O, C / groups, KH, KW], bias [O] or NULL;
  * p NULL means the defaults. Output [N, O, OH, OW] with OH = (H + 2 pad - dil (KH - 1) - 1) /
- * stride + 1. float32 runs on oneDNN with the bias fused; ReLU fusion is not done yet. */
+ * stride + 1. float32 runs on oneDNN with the bias (and p->relu's ReLU) fused. */
 NB_API nb_tensor *nb_conv2d(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
                             const nb_conv2d_params *p);
 

@@ -1,5 +1,6 @@
 /* Backward rules of the layers in src/ops/nn_*.c. Each runs the layer's backward kernel(s) on a
- * contiguous upstream gradient. conv2d: saved x (0) and weight (1), parameters in i0/i1; the
+ * contiguous upstream gradient. conv2d: saved x (0) and weight (1), parameters in i0/i1; with a
+ * fused ReLU (flag) also the output (2), whose mask (y > 0) is applied to the gradient first; the
  * input gradient is one CONV2D_BACKWARD_INPUT, weight and bias gradients one
  * CONV2D_BACKWARD_WEIGHT. max_pool2d: saved indices (0). avg pools: no saved tensors (the input's
  * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2); one
@@ -20,9 +21,25 @@ static nb_tensor *grad_like_input(nb_node *node, int i, nb_op op, nb_kargs *k)
     return nb__track(out);
 }
 
+/* g * (y > 0) for a fused ReLU's saved output y (as ReLU's own rule: zero gradient at 0). */
+static nb_tensor *relu_mask(nb_node *node, nb_tensor *g)
+{
+    nb_tensor *y = nb__node_saved(node, 2);
+    if (!y) return NULL;
+    nb_tensor *out = nb__tensor_new(y->shape, y->ndim, y->dtype, y->storage->device);
+    if (!out) return NULL;
+    nb_kargs k = {.out = out, .in = {g, y}};
+    if (nb__dispatch(NB_OP_THRESHOLD_BACKWARD, &k) != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return nb__track(out);
+}
+
 nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     nb_tensor *x = nb__node_saved(node, 0), *w = nb__node_saved(node, 1), *gc = nb_contiguous(g);
+    if (gc && node->flag) gc = relu_mask(node, gc);
     if (!x || !w || !gc) return nb_last_status();
     if (nb__edge_needs_grad(node, 0)) {
         nb_kargs k = {.in = {gc, w}, .i0 = node->i0, .i1 = node->i1};

@@ -1,6 +1,6 @@
 /* The CPU's oneDNN context: one engine and one stream for the process (created once), a small
- * cache of convolution primitives keyed by geometry so that a training loop builds them once,
- * and the mapping of oneDNN failures to nb statuses. Execution is serialised by one mutex: the
+ * cache of convolution primitives keyed by geometry (and a fused ReLU post-op) so that a
+ * training loop builds them once, and the mapping of oneDNN failures to nb statuses. Execution is serialised by one mutex: the
  * primitives share the library-managed scratchpad, and oneDNN itself spreads each primitive over
  * the OpenMP threads (nb_set_num_threads). Primitives are created with format_tag_any, so that
  * oneDNN picks its blocked layouts (nChw16c...) and its direct JIT kernels: each operand whose
@@ -32,7 +32,7 @@ typedef struct prim {
 } prim;
 
 typedef struct conv_entry {
-    bool used, bias;
+    bool used, bias, relu; /* relu: the forward applies max(0, .) as a post-op */
     int threads; /* oneDNN sizes some primitives' work split for the thread count at creation */
     nb_conv_geom g;
     dnnl_memory_desc_t x_md, w_md, b_md, y_md; /* the tensors' plain layouts */
@@ -138,12 +138,37 @@ static nb_status prim_make(const char *op, prim *pr, dnnl_primitive_desc_t pd, c
     return nb__dnnl_check(op, "dnnl_primitive_create", s);
 }
 
+/* The forward's primitive descriptor, with a ReLU post-op when relu. */
+static nb_status fwd_pd_create(dnnl_primitive_desc_t *pd, const dnnl_convolution_desc_t *cd, bool relu)
+{
+    const char *op = "conv2d";
+    if (!relu)
+        return nb__dnnl_check(op, "dnnl_primitive_desc_create",
+                              dnnl_primitive_desc_create(pd, cd, NULL, ctx.engine, NULL));
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    nb_status st = nb__dnnl_check(op, "dnnl_post_ops_create", dnnl_post_ops_create(&po));
+    if (st == NB_OK)
+        st = nb__dnnl_check(op, "dnnl_post_ops_append_eltwise",
+                            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+    if (st == NB_OK) st = nb__dnnl_check(op, "dnnl_primitive_attr_create", dnnl_primitive_attr_create(&attr));
+    if (st == NB_OK)
+        st = nb__dnnl_check(op, "dnnl_primitive_attr_set_post_ops", dnnl_primitive_attr_set_post_ops(attr, po));
+    if (st == NB_OK)
+        st = nb__dnnl_check(op, "dnnl_primitive_desc_create",
+                            dnnl_primitive_desc_create(pd, cd, attr, ctx.engine, NULL));
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (po) dnnl_post_ops_destroy(po);
+    return st;
+}
+
 /* Fills a fresh entry's memory descriptors and its forward primitive. */
-static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias)
+static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias, bool relu)
 {
     const char *op = "conv2d";
     e->g = *g;
     e->bias = bias;
+    e->relu = relu;
     e->threads = nb_get_num_threads();
     dnnl_dims_t xd = {g->n, g->c, g->h, g->w}, yd = {g->n, g->oc, g->oh, g->ow}, bd = {g->oc};
     DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->x_md, 4, xd, dnnl_f32, dnnl_abcd));
@@ -165,7 +190,7 @@ static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias)
     DNNL_TRY(op, dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
                                                             &e->x_any, &e->w_any, bias ? &e->b_md : NULL,
                                                             &e->y_any, d.strides, d.dilates, d.pad_l, d.pad_r));
-    DNNL_TRY(op, dnnl_primitive_desc_create(&e->fwd_pd, &cd, NULL, ctx.engine, NULL));
+    NB_TRY(fwd_pd_create(&e->fwd_pd, &cd, relu));
     dnnl_primitive_desc_t pd;
     DNNL_TRY(op, dnnl_primitive_desc_clone(&pd, e->fwd_pd));
     const int arg[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
@@ -180,19 +205,20 @@ static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias)
     return NB_OK;
 }
 
-/* The cached entry for (g, bias, thread count), built on a miss (evicting round-robin). Call
- * under ctx.lock. */
-static conv_entry *lookup(const nb_conv_geom *g, bool bias, nb_status *st)
+/* The cached entry for (g, bias, relu, thread count), built on a miss (evicting round-robin).
+ * Call under ctx.lock. */
+static conv_entry *lookup(const nb_conv_geom *g, bool bias, bool relu, nb_status *st)
 {
     int threads = nb_get_num_threads();
     for (int i = 0; i < CACHE_SIZE; i++) {
         conv_entry *e = &ctx.cache[i];
-        if (e->used && e->bias == bias && e->threads == threads && memcmp(&e->g, g, sizeof *g) == 0) return e;
+        if (e->used && e->bias == bias && e->relu == relu && e->threads == threads && memcmp(&e->g, g, sizeof *g) == 0)
+            return e;
     }
     conv_entry *e = &ctx.cache[ctx.next_evict];
     ctx.next_evict = (ctx.next_evict + 1) % CACHE_SIZE;
     entry_clear(e);
-    *st = entry_init(e, g, bias);
+    *st = entry_init(e, g, bias, relu);
     if (*st != NB_OK) {
         entry_clear(e);
         return NULL;
@@ -301,12 +327,13 @@ static nb_status execute(const char *op, const prim *pr, void *const *ptr)
     return st;
 }
 
-nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, float *y)
+nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
+                                float *y)
 {
     NB_TRY(ensure_init("conv2d"));
     nb_status st = NB_OK;
     pthread_mutex_lock(&ctx.lock);
-    conv_entry *e = lookup(g, b != NULL, &st);
+    conv_entry *e = lookup(g, b != NULL, relu, &st);
     if (e) {
         void *ptr[] = {(void *)x, (void *)w, (void *)b, y};
         st = execute("conv2d", &e->fwd, ptr);
@@ -320,7 +347,7 @@ nb_status nb__dnnl_conv_backward_data(const nb_conv_geom *g, const float *gy, co
     NB_TRY(ensure_init("conv2d_backward_input"));
     nb_status st = NB_OK;
     pthread_mutex_lock(&ctx.lock);
-    conv_entry *e = lookup(g, false, &st);
+    conv_entry *e = lookup(g, false, false, &st);
     if (e && !e->bwd_data.p) st = make_bwd_data(e);
     if (e && st == NB_OK) {
         void *ptr[] = {(void *)gy, (void *)w, gx};
@@ -336,7 +363,7 @@ nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy,
     NB_TRY(ensure_init("conv2d_backward_weight"));
     nb_status st = NB_OK;
     pthread_mutex_lock(&ctx.lock);
-    conv_entry *e = lookup(g, gb != NULL, &st);
+    conv_entry *e = lookup(g, gb != NULL, false, &st);
     if (e && !e->bwd_weights.p) st = make_bwd_weights(e);
     if (e && st == NB_OK) {
         void *ptr[] = {(void *)gy, (void *)x, gw, gb};

@@ -26,8 +26,8 @@ void nb__dnnl_set_enabled(bool on);
 nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
 
 /* float32 convolution through cached oneDNN primitives; all buffers dense NCHW / OIHW.
- * b and gb may be NULL (no bias). */
-nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b,
+ * b and gb may be NULL (no bias). relu: y = max(0, conv), fused as a oneDNN post-op. */
+nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                                 float *y);
 nb_status nb__dnnl_conv_backward_data(const nb_conv_geom *g, const float *gy, const float *w, float *gx);
 nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw,

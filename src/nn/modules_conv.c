@@ -62,7 +62,27 @@ static nb_tensor *conv_forward(nb_module *self, nb_tensor *x)
                      &opts(self)->conv);
 }
 
-static const nb_module_funcs conv_funcs = {"Conv2d", conv_forward, free};
+/* A named array, not a literal: its address is this module type's alone (identical literals may
+ * be merged by the linker), so Sequential can recognise a Conv2d by it. */
+static const char conv_type_name[] = "Conv2d";
+static const nb_module_funcs conv_funcs = {conv_type_name, conv_forward, free};
+
+/* Internal, for Sequential (src/nn/modules_basic.c): whether m is a Conv2d of this file, and its
+ * forward with the following ReLU fused in (one CONV2D node; same values as the two apart). */
+bool nb__is_conv2d_module(const nb_module *m);
+nb_tensor *nb__conv2d_relu_forward(nb_module *m, nb_tensor *x);
+
+bool nb__is_conv2d_module(const nb_module *m) { return m && nb_module_type_name(m) == conv_type_name; }
+
+nb_tensor *nb__conv2d_relu_forward(nb_module *m, nb_tensor *x)
+{
+    nb_conv2d_params c = opts(m)->conv;
+    c.relu = true;
+    nb_scope *s = nb_scope_begin();
+    if (!s) return nb__err_null(NB_ERR_OOM, "Conv2d: out of memory");
+    nb_tensor *y = nb_conv2d(x, nb_module_get_parameter(m, "weight"), nb_module_get_parameter(m, "bias"), &c);
+    return nb_scope_end_keep(s, y);
+}
 
 nb_module *nb_conv2d_module(int64_t in_channels, int64_t out_channels, int64_t kh, int64_t kw,
                             const nb_conv2d_params *cp, bool bias, const nb_tensor_params *p)

@@ -1,6 +1,7 @@
-/* conv2d's entry point: validation, output shape, the CONV2D kernel (bias fused) and the
- * autograd node (saved: x, weight; parameters packed in i0/i1 as ops.def says). Backward rule in
- * src/autograd/rules_nn.c. */
+/* conv2d's entry point: validation, output shape, the CONV2D kernel (bias fused, and the ReLU
+ * when p->relu: kernel and node flag) and the autograd node (saved: x, weight, and the output
+ * when fused with ReLU, for its mask; parameters packed in i0/i1 as ops.def says). Backward rule
+ * in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -88,20 +89,20 @@ static nb_tensor *conv_run(const nb_tensor *x, const nb_tensor *w, const nb_tens
     if (out_shape(x, w, p, shape) != NB_OK) return NULL;
     nb_tensor *out = nb__tensor_new_named("conv2d", shape, 4, x->dtype, x->storage->device);
     if (!out) return NULL;
-    nb_kargs k = {.out = out, .in = {x, w, b}};
+    nb_kargs k = {.out = out, .in = {x, w, b}, .flag = p->relu};
     k.i0 = pack(p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
     k.i1 = p->dilation[0] | (p->dilation[1] << 16) | (p->groups << 32);
     nb_status st = nb__dispatch(NB_OP_CONV2D, &k);
     nb_node *node = NULL;
     if (st == NB_OK) {
-        const nb_tensor *save[2] = {x, w};
-        node = nb__record(NB_OP_CONV2D, out, orig, b ? 3 : 2, save, 2, &st);
+        const nb_tensor *save[3] = {x, w, out};
+        node = nb__record(NB_OP_CONV2D, out, orig, b ? 3 : 2, save, p->relu ? 3 : 2, &st);
     }
     if (st != NB_OK) {
         nb__release(out);
         return NULL;
     }
-    if (node) node->i0 = k.i0, node->i1 = k.i1;
+    if (node) node->i0 = k.i0, node->i1 = k.i1, node->flag = p->relu;
     return out;
 }
 

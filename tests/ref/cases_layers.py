@@ -18,6 +18,9 @@ CASES = {
     "bn1d": (lambda: nn.BatchNorm1d(5), (6, 5)),
     "lrn3": (lambda: nn.LocalResponseNorm(3, alpha=0.1, beta=0.75, k=2.0), (2, 5, 3, 4)),
     "lrn4": (lambda: nn.LocalResponseNorm(4), (2, 6, 3, 3)),
+    # nabla's Sequential fuses each Conv2d + ReLU pair: same values, state_dict names and grads
+    "seq_conv_relu": (lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                            nn.Conv2d(4, 5, 3, bias=False), nn.ReLU()), (2, 3, 8, 8)),
 }
 
 

@@ -3,7 +3,8 @@ adaptive_avg_pool2d and batch_norm (torch.nn.functional).
 
 Each case <name>/<dtype> holds:
   op      int64 [1]: 0 conv2d, 1 max_pool2d, 2 avg_pool2d, 3 adaptive_avg_pool2d, 4 batch_norm
-  params  int64: conv2d [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups];
+  params  int64: conv2d [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups(, relu)]
+          (relu 1: relu(conv2d), nabla's fused conv2d + ReLU);
           pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad];
           adaptive [out_h, out_w]; batch_norm [training]
   scalars float64 [momentum, eps] (batch_norm)
@@ -37,11 +38,14 @@ def _leaves(xs, dtype):
     return [x.to(dtype).clone().requires_grad_(True) for x in xs]
 
 
-def _conv(t, name, x, w, b, stride, pad, dil, groups):
+def _conv(t, name, x, w, b, stride, pad, dil, groups, relu=False):
     for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
         ins = _leaves([x, w] + ([b] if b is not None else []), dt)
         out = F.conv2d(ins[0], ins[1], ins[2] if b is not None else None, stride, pad, dil, groups)
-        _store(t, f"{name}/{sfx}", CONV, list(stride) + list(pad) + list(dil) + [groups], ins, out)
+        if relu:
+            out = F.relu(out)
+        params = list(stride) + list(pad) + list(dil) + [groups] + ([1] if relu else [])
+        _store(t, f"{name}/{sfx}", CONV, params, ins, out)
 
 
 def _pool(t, name, op, x, k, s, p, ceil, cip=True):
@@ -88,6 +92,13 @@ def build():
     _conv(t, "conv_depthwise", r(2, 4, 7, 7), r(4, 1, 5, 5), r(4), (2, 2), (2, 2), (1, 1), 4)
     _conv(t, "conv_1x1", r(3, 8, 5, 5), r(16, 8, 1, 1), r(16), (1, 1), (0, 0), (1, 1), 1)
     _conv(t, "conv_resnet", r(4, 16, 12, 12), r(16, 16, 3, 3), None, (1, 1), (1, 1), (1, 1), 1)
+    _conv(t, "conv_relu", r(2, 3, 7, 6), r(4, 3, 3, 3), r(4), (1, 1), (1, 1), (1, 1), 1, relu=True)
+    _conv(t, "conv_relu_nobias_s2", r(2, 8, 9, 9), r(16, 8, 3, 3), None, (2, 2), (1, 1), (1, 1), 1, relu=True)
+    _conv(t, "conv_relu_groups", r(2, 6, 8, 8), r(9, 2, 3, 3), r(9), (1, 1), (1, 1), (1, 1), 3, relu=True)
+    _pool(t, "max_3x3_s2", MAXP, r(2, 3, 11, 9), (3, 3), (2, 2), (0, 0), False)
+    # ties (small integers): the first maximum in window order wins, which the gradient shows
+    _pool(t, "max_ties", MAXP, torch.randint(0, 3, (2, 3, 8, 9)).float(), (3, 2), (2, 2), (0, 0), False)
+    _pool(t, "max_ties_pad", MAXP, torch.randint(0, 3, (2, 3, 8, 9)).float(), (3, 3), (2, 1), (1, 1), False)
     _pool(t, "max_2x2", MAXP, r(2, 3, 8, 8), (2, 2), (2, 2), (0, 0), False)
     _pool(t, "max_3x3_s2_p1", MAXP, r(2, 3, 9, 7), (3, 3), (2, 2), (1, 1), False)
     _pool(t, "max_ceil", MAXP, r(1, 2, 7, 8), (3, 2), (2, 3), (1, 0), True)
@@ -103,5 +114,7 @@ def build():
     _bn(t, "bn_eval_4d", r(4, 3, 5, 6), False)
     _bn(t, "bn_train_2d", r(8, 5), True, momentum=0.3, eps=1e-3)
     _bn(t, "bn_eval_3d", r(3, 4, 5), False, eps=1e-3)
+    # a plane of 99 (16-value blocks and a remainder) far from zero (the one-pass statistics)
+    _bn(t, "bn_train_offset", r(3, 4, 9, 11) * 3 + 50, True)
     _bn(t, "bn_train_noaffine", r(4, 3, 2, 2), True, affine=False)
     return t

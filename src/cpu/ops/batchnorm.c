@@ -1,6 +1,6 @@
 /* The batchnorm kernel family: batch normalisation forward (batch statistics or given ones) and
  * its backward, on contiguous x viewed as [N, C, S]. One channel per thread at a time; sums in
- * double. These plain loops are the reference (oneDNN's batch normalisation is not used yet). */
+ * double over fixed lanes (vectorised, deterministic). */
 #include <math.h>
 
 #include "cpu/cpu_impl.h"
@@ -9,6 +9,69 @@
 #define CHANNELS_FOR(c)                                                                            \
     _Pragma("omp parallel for num_threads(nb_cpu_threads_for(work, NB_CPU_GRAIN))")                 \
     for (int64_t c = 0; c < c##_count; c++)
+
+/* Hot loops get an AVX-512 and an AVX2 clone beside the baseline one (picked at load time). */
+#if defined(__x86_64__) && !defined(__clang__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOT
+#endif
+
+/* Sums in double over LANES independent partial sums, in a fixed order (so results do not depend
+ * on the thread count): one accumulator chain would make the loop latency-bound and keeps the
+ * compiler from vectorising it (it may not reassociate). */
+#define LANES 16
+
+/* out[0] += sum (p[j] - mean), out[1] += sum (p[j] - mean)^2 over j < s. */
+#define DEV_SUMS(T)                                                                                \
+    HOT static void dev_sums_##T(const T *p, int64_t s, double mean, double *out)                  \
+    {                                                                                              \
+        double a[LANES] = {0}, q[LANES] = {0};                                                     \
+        int64_t j = 0;                                                                             \
+        for (; j + LANES <= s; j += LANES)                                                         \
+            for (int l = 0; l < LANES; l++) {                                                      \
+                double d = (double)p[j + l] - mean;                                                \
+                a[l] += d, q[l] += d * d;                                                          \
+            }                                                                                      \
+        for (; j < s; j++) {                                                                       \
+            double d = (double)p[j] - mean;                                                        \
+            a[0] += d, q[0] += d * d;                                                              \
+        }                                                                                          \
+        for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
+    }
+
+/* out[0] += sum g, out[1] += sum g (x - mean). */
+#define GRAD_SUMS(T)                                                                               \
+    HOT static void grad_sums_##T(const T *g, const T *x, int64_t s, double mean, double *out)     \
+    {                                                                                              \
+        double a[LANES] = {0}, q[LANES] = {0};                                                     \
+        int64_t j = 0;                                                                             \
+        for (; j + LANES <= s; j += LANES)                                                         \
+            for (int l = 0; l < LANES; l++) {                                                      \
+                double gv = (double)g[j + l];                                                      \
+                a[l] += gv, q[l] += gv * ((double)x[j + l] - mean);                                \
+            }                                                                                      \
+        for (; j < s; j++) a[0] += (double)g[j], q[0] += (double)g[j] * ((double)x[j] - mean);     \
+        for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
+    }
+
+/* y = a x + c, and y = a g + b x + c. */
+#define AFFINE(T)                                                                                  \
+    HOT static void affine_##T(const T *x, int64_t s, T a, T c, T *y)                              \
+    {                                                                                              \
+        for (int64_t j = 0; j < s; j++) y[j] = x[j] * a + c;                                       \
+    }                                                                                              \
+    HOT static void affine2_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T *y)            \
+    {                                                                                              \
+        for (int64_t j = 0; j < s; j++) y[j] = a * g[j] + b * x[j] + c;                            \
+    }
+
+DEV_SUMS(float)
+DEV_SUMS(double)
+GRAD_SUMS(float)
+GRAD_SUMS(double)
+AFFINE(float)
+AFFINE(double)
 
 /* training: stats = (mean, biased var) of each channel, then y = (x - mean) / sqrt(var + eps) *
  * w + b; otherwise stats are read. */
@@ -20,26 +83,19 @@
         CHANNELS_FOR(c) {                                                                          \
             double mean = stats[c], var = stats[c_count + c];                                      \
             if (training) {                                                                        \
-                double sum = 0, sq = 0;                                                            \
-                for (int64_t i = 0; i < n; i++) {                                                  \
-                    const T *xp = x + (i * c_count + c) * s;                                       \
-                    for (int64_t j = 0; j < s; j++) sum += xp[j];                                  \
-                }                                                                                  \
-                mean = sum / (double)(n * s);                                                      \
-                for (int64_t i = 0; i < n; i++) {                                                  \
-                    const T *xp = x + (i * c_count + c) * s;                                       \
-                    for (int64_t j = 0; j < s; j++) sq += (xp[j] - mean) * (xp[j] - mean);         \
-                }                                                                                  \
-                var = sq / (double)(n * s);                                                        \
+                /* one pass, shifted by the channel's first value (close to the mean, so the \
+                 * difference of squares loses little) */                                          \
+                double shift = (double)x[c * s], sum[2] = {0, 0}, m = (double)(n * s);             \
+                for (int64_t i = 0; i < n; i++) dev_sums_##T(x + (i * c_count + c) * s, s, shift, sum); \
+                mean = shift + sum[0] / m;                                                         \
+                var = (sum[1] - sum[0] * sum[0] / m) / m;                                          \
+                var = var < 0 ? 0 : var;                                                           \
                 stats[c] = (T)mean;                                                                \
                 stats[c_count + c] = (T)var;                                                       \
             }                                                                                      \
             double scale = (w ? w[c] : 1) / sqrt(var + eps), shift = (b ? b[c] : 0) - mean * scale; \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T *xp = x + (i * c_count + c) * s;                                           \
-                T *yp = y + (i * c_count + c) * s, sc = (T)scale, sh = (T)shift;                   \
-                for (int64_t j = 0; j < s; j++) yp[j] = xp[j] * sc + sh;                           \
-            }                                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                affine_##T(x + (i * c_count + c) * s, s, (T)scale, (T)shift, y + (i * c_count + c) * s); \
         }                                                                                          \
     }
 
@@ -52,11 +108,10 @@
         int64_t work = n * c_count * s;                                                            \
         CHANNELS_FOR(c) {                                                                          \
             double mean = aux[c], invstd = 1 / sqrt(aux[c_count + c] + eps), w = aux[2 * c_count + c]; \
-            double sg = 0, sgx = 0, m = (double)(n * s);                                           \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T *gp = g + (i * c_count + c) * s, *xp = x + (i * c_count + c) * s;          \
-                for (int64_t j = 0; j < s; j++) sg += gp[j], sgx += gp[j] * (xp[j] - mean);        \
-            }                                                                                      \
+            double sums[2] = {0, 0}, m = (double)(n * s);                                          \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                grad_sums_##T(g + (i * c_count + c) * s, x + (i * c_count + c) * s, s, mean, sums); \
+            double sg = sums[0], sgx = sums[1];                                                    \
             gwb[c] = (T)(sgx * invstd);                                                            \
             gwb[c_count + c] = (T)sg;                                                              \
             if (!gx) continue;                                                                     \
@@ -66,11 +121,9 @@
                 c0 = -k * sg / m - bx * mean;                                                      \
             }                                                                                      \
             T ta = (T)a, tb = (T)bx, tc = (T)c0;                                                   \
-            for (int64_t i = 0; i < n; i++) {                                                      \
-                const T *gp = g + (i * c_count + c) * s, *xp = x + (i * c_count + c) * s;          \
-                T *op = gx + (i * c_count + c) * s;                                                \
-                for (int64_t j = 0; j < s; j++) op[j] = ta * gp[j] + tb * xp[j] + tc;              \
-            }                                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                affine2_##T(g + (i * c_count + c) * s, x + (i * c_count + c) * s, s, ta, tb, tc,   \
+                            gx + (i * c_count + c) * s);                                           \
         }                                                                                          \
     }
 

@@ -1,6 +1,7 @@
 /* The conv kernel family: 2-D convolution forward and its input and weight gradients (NCHW,
  * contiguous operands, PyTorch's stride/padding/dilation/groups; parameters packed as ops.def
- * says). float32 runs on oneDNN (src/cpu/dnnl.c) with the bias fused into the forward primitive;
+ * says). float32 runs on oneDNN (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's
+ * flag asks for it, fused into the forward primitive;
  * float64, and float32 when oneDNN is switched off, run the reference loops below, which the
  * oneDNN path is tested against. */
 #include <string.h>
@@ -101,15 +102,31 @@ REF_BACKWARD_WEIGHTS(double)
 
 static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
 
+/* max(0, y) in place, NaN kept (as torch.relu). */
+#define RELU_INPLACE(T)                                                                            \
+    static void relu_inplace_##T(T *y, int64_t n)                                                  \
+    {                                                                                              \
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(n, NB_CPU_GRAIN))")                 \
+        for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? 0 : y[i];                                \
+    }
+
+RELU_INPLACE(float)
+RELU_INPLACE(double)
+
+/* flag: the fused ReLU (a oneDNN post-op, or a pass after the reference loops). */
 static nb_status forward(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[0], a->in[1], a->out, a->i0, a->i1);
+    int64_t n = g.n * g.oc * g.oh * g.ow;
     if (a->out->dtype == NB_FLOAT64) {
         ref_forward_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+        if (a->flag) relu_inplace_double(ptr(a->out), n);
         return NB_OK;
     }
-    if (nb__dnnl_enabled()) return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+    if (nb__dnnl_enabled())
+        return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+    if (a->flag) relu_inplace_float(ptr(a->out), n);
     return NB_OK;
 }
 
