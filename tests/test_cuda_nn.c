@@ -1,5 +1,5 @@
 /* The CUDA layers against the CPU's results: conv2d through cuDNN (bias, stride, padding,
- * dilation, groups; input, weight and bias gradients), max / average / adaptive pooling and
+ * dilation, groups, the fused ReLU; input, weight and bias gradients), max / average / adaptive pooling and
  * their gradients, batch norm in training (running statistics) and evaluation with gradients,
  * and the zoo's CNN: the same weights give the same loss and gradients on both devices, and
  * a few Adam steps on the GPU track the CPU's. Exits 77 (ctest: Skipped) without a GPU. */
@@ -76,6 +76,8 @@ static void test_conv_and_pool(void **state)
         nb_conv2d_params p = nb_conv2d_params_default();
         p.stride[0] = 2, p.padding[0] = p.padding[1] = 1, p.dilation[1] = 2, p.groups = 2;
         compare(conv_f, &p, in, 3, rtol, "conv2d");
+        p.relu = true;
+        compare(conv_f, &p, in, 3, rtol, "conv2d with fused relu");
         p = nb_conv2d_params_default();
         p.groups = 2; /* weight [6, 2, ...] over 4 channels */
         compare(conv_f, &p, in, 2, rtol, "conv2d without bias");
