@@ -1,7 +1,8 @@
 /* Tests of the LSTM (nabla/rnn.h): torch.nn.LSTM's outputs, final states and gradients
  * (tests/ref/cases_lstm.py: 1 and 2 layers, batch_first, with and without bias and initial
  * states, a 24-step case) on contiguous and non-contiguous inputs, finite differences in float64,
- * the initialisation helper, parameter names, and every error path.
+ * the initialisation helper, parameter names, and every error path; properties of the fused
+ * layer (one initial state given, threads agree) and its kernels' argument checks.
  *
  * Tolerances: float32 rtol 1e-5 with atol 1e-6 (gradients summed over steps can cancel to values
  * near 0); float64 rtol 1e-10, atol 1e-12. */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "nbtest.h"
+#include "core/dispatch_impl.h" /* the fused kernels' own checks */
 #include "nabla/rnn.h" /* until nabla.h includes it */
 
 #define MAXW 8
@@ -211,6 +213,95 @@ static void test_no_grad(void **state)
     nb_scope_end(s);
 }
 
+/* One state given: the other counts as zeros, in the outputs and the gradients. */
+static void one_state_case(bool give_h)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(7);
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 5;
+    nb_tensor *w[MAXW];
+    NBT_OK(nb_lstm_init_weights(3, 2, &p, NULL, w));
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[3]){4, 2, 3}, 3, NULL));
+    nb_tensor *st = NBT_CHECK(nb_randn((int64_t[3]){2, 2, 5}, 3, NULL));
+    nb_tensor *z = NBT_CHECK(nb_zeros((int64_t[3]){2, 2, 5}, 3, NULL));
+    nb_tensor *res[2], *grads[2];
+    for (int k = 0; k < 2; k++) {
+        nb_tensor *sv = NBT_CHECK(nb_clone(st));
+        NBT_OK(nb_tensor_set_requires_grad(sv, true));
+        nb_tensor *other = k ? z : NULL, *cn;
+        res[k] = NBT_CHECK(give_h ? nb_lstm(x, sv, other, w, 8, 2, &p, NULL, &cn)
+                                  : nb_lstm(x, other, sv, w, 8, 2, &p, NULL, &cn));
+        NBT_OK(nb_backward(NBT_CHECK(nb_add(nb_sum(res[k], NULL, 0, false), nb_sum(cn, NULL, 0, false))), NULL, 0));
+        grads[k] = NBT_CHECK(nb_tensor_grad(sv));
+    }
+    nbt_assert_close(res[0], res[1], 0, 0, give_h ? "h0 only: output" : "c0 only: output");
+    nbt_assert_close(grads[0], grads[1], 0, 0, give_h ? "h0 only: grad" : "c0 only: grad");
+    nb_scope_end(s);
+}
+
+static void test_one_state(void **state)
+{
+    (void)state;
+    one_state_case(true);
+    one_state_case(false);
+}
+
+/* A batch large enough to split the cell kernels across threads gives the same values as one
+ * thread (each row is computed the same way). */
+static void test_threads(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(3);
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 256;
+    nb_tensor *w[MAXW], *out[2], *gx[2];
+    NBT_OK(nb_lstm_init_weights(8, 1, &p, NULL, w));
+    nb_tensor *x0 = NBT_CHECK(nb_randn((int64_t[3]){2, 512, 8}, 3, NULL)); /* B * H = 2^17 */
+    int prev = nb_get_num_threads();
+    for (int k = 0; k < 2; k++) {
+        NBT_OK(nb_set_num_threads(k ? 2 : 1));
+        nb_tensor *x = NBT_CHECK(nb_clone(x0));
+        NBT_OK(nb_tensor_set_requires_grad(x, true));
+        out[k] = NBT_CHECK(nb_lstm(x, NULL, NULL, w, 4, 1, &p, NULL, NULL));
+        NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_mul(out[k], out[k]), NULL, 0, false)), NULL, 0));
+        gx[k] = NBT_CHECK(nb_tensor_grad(x));
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    nbt_assert_close(out[0], out[1], 0, 0, "threads: output");
+    nbt_assert_close(gx[0], gx[1], 1e-6, 1e-7, "threads: input gradient"); /* GEMM sums may split */
+    nb_scope_end(s);
+}
+
+/* The fused kernels check their operands (callers inside nabla always pass good ones). */
+static void test_kernel_checks(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *y = NBT_CHECK(nb_zeros((int64_t[4]){2, 3, 2, 4}, 4, NULL));
+    nb_tensor *act = NBT_CHECK(nb_zeros((int64_t[3]){2, 2, 16}, 3, NULL));
+    nb_tensor *xp = NBT_CHECK(nb_zeros((int64_t[3]){2, 2, 16}, 3, NULL));
+    nb_tensor *xi = NBT_CHECK(nb_zeros((int64_t[3]){2, 2, 16}, 3, &(nb_tensor_params){.dtype = NB_INT64}));
+    nb_kargs k = {.out = y, .out2 = act, .in = {xp}, .i0 = 0};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &k));
+    k.i0 = 2;
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "step 2", NULL);
+    k.i0 = 0;
+    k.in[0] = xi;
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "operand 2", NULL);
+    k.in[0] = NBT_CHECK(nb_transpose(xp, 0, 1));
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "not contiguous", NULL);
+    nb_kargs b = {.out = xp, .out2 = y, .in = {y, y, NULL}};
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &b) != NB_OK, NB_ERR_INTERNAL, "lstm_cell_backward",
+              "bad operands", NULL);
+    nb_tensor *yi = NBT_CHECK(nb_zeros((int64_t[4]){2, 3, 2, 4}, 4, &(nb_tensor_params){.dtype = NB_INT64}));
+    nb_kargs d = {.out = yi, .out2 = xi, .in = {xi}};
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &d) != NB_OK, NB_ERR_DTYPE, "lstm_cell", "int64", "float32/float64",
+              NULL);
+    nb_scope_end(s);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_errors(void **state)
@@ -266,7 +357,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference), cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_init_and_names),
-        cmocka_unit_test(test_no_grad),   cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_no_grad),   cmocka_unit_test(test_errors),        cmocka_unit_test(test_one_state),
+        cmocka_unit_test(test_threads),   cmocka_unit_test(test_kernel_checks),
     };
     return NBT_RUN(tests);
 }

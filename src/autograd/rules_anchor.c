@@ -11,9 +11,11 @@ nb_status nb__bw_BMM(nb_node *, nb_tensor *, nb_tensor **);     /* rules_linalg.
 nb_status nb__bw_CAT(nb_node *, nb_tensor *, nb_tensor **);     /* rules_index.c */
 nb_status nb__bw_BERNOULLI(nb_node *, nb_tensor *, nb_tensor **); /* rules_random.c */
 nb_status nb__bw_CONV2D(nb_node *, nb_tensor *, nb_tensor **);  /* rules_nn.c */
+nb_status nb__bw_LSTM_LAYER(nb_node *, nb_tensor *, nb_tensor **); /* rules_rnn.c */
 
 const void *const nb__rules_anchor[] = {
     (const void *)nb__bw_VIEW, (const void *)nb__bw_ADD, (const void *)nb__bw_EXP,
     (const void *)nb__bw_SUM,  (const void *)nb__bw_BMM, (const void *)nb__bw_CAT,
     (const void *)nb__bw_BERNOULLI, (const void *)nb__bw_CONV2D,
+    (const void *)nb__bw_LSTM_LAYER,
 };

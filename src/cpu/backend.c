@@ -19,6 +19,7 @@ FAMILY(sort)
 FAMILY(conv)
 FAMILY(pool)
 FAMILY(batchnorm)
+FAMILY(rnn)
 #undef FAMILY
 
 static int cpu_count(void) { return 1; }
@@ -53,6 +54,7 @@ nb_status nb_cpu_memory_stats(int index, nb_memory_stats *out);
 #define conv nb_cpu_k_conv
 #define pool nb_cpu_k_pool
 #define batchnorm nb_cpu_k_batchnorm
+#define rnn nb_cpu_k_rnn
 
 const nb_backend nb__cpu_backend = {
     .name = "cpu",

@@ -1,11 +1,14 @@
 /* Loss functions (nabla/loss.h), composed from differentiable ops so that autograd comes from
- * their rules: cross entropy is log_softmax + gather (never a one-hot of N x C), label smoothing
+ * their rules: cross entropy of [N, C] logits on the CPU without label smoothing is one fused op
+ * (CROSS_ENTROPY: one pass over the logits forward, one backward); otherwise it is log_softmax +
+ * gather (never a one-hot of N x C); label smoothing
  * adds one sum over the class dim, and the class-index targets are checked and turned into a safe
  * index and an ignore mask in one host pass over the N targets. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
 #include "nabla/autograd.h"
@@ -139,18 +142,52 @@ static nb_tensor *smooth_term(const class_loss *c, const nb_tensor *lp, const nb
     return s ? reduce_loss(s, c->reduction, denom, count) : NULL;
 }
 
-/* The loss from log-probabilities lp [N, C, d...] and safe targets [N, d...] (keep: bool mask of
- * the non-ignored targets, NULL when none is ignored). Runs inside the caller's scope. */
+/* The fused CROSS_ENTROPY op (kernel in the softmax family, rule in rules_rnn.c): per-row losses
+ * logsumexp(x[n]) - x[n, t[n]] of logits x [N, C] with safe targets t [N], in one pass over x;
+ * its backward is (softmax(x[n]) - onehot(t[n])) g[n], again one pass, from the saved row
+ * logsumexps. Runs inside the caller's scope. */
+static nb_tensor *ce_rows(const nb_tensor *logits, const nb_tensor *safe)
+{
+    nb_tensor *x = nb__is_contiguous(logits) ? (nb_tensor *)logits : nb_contiguous(logits);
+    if (!x) return NULL;
+    nb_device dev = x->storage->device;
+    nb_tensor *out = nb__tensor_new(x->shape, 1, x->dtype, dev);
+    nb_tensor *lse = out ? nb__tensor_new(x->shape, 1, x->dtype, dev) : NULL;
+    nb_status st = lse ? NB_OK : nb_last_status();
+    if (st == NB_OK) {
+        nb_kargs k = {.out = out, .out2 = lse, .in = {x, safe}};
+        st = nb__dispatch(NB_OP_CROSS_ENTROPY, &k);
+    }
+    if (st == NB_OK) {
+        const nb_tensor *in = x, *save[3] = {x, lse, safe};
+        nb__record(NB_OP_CROSS_ENTROPY, out, &in, 1, save, 3, &st);
+    }
+    nb__release(lse);
+    if (st != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return nb__track(out);
+}
+
+/* The loss from log-probabilities lp [N, C, d...] (with `fused`: logits [N, C], smoothing 0) and
+ * safe targets [N, d...] (keep: bool mask of the non-ignored targets, NULL when none is ignored).
+ * Runs inside the caller's scope. */
 static nb_tensor *nll_from_safe(const class_loss *c, const nb_tensor *lp, const nb_tensor *safe, const nb_tensor *keep,
-                                int64_t nkeep)
+                                int64_t nkeep, bool fused)
 {
     nb_tensor *zero = nb_scalar_tensor(0.0, &(nb_tensor_params){.dtype = lp->dtype, .device = lp->storage->device});
     nb_tensor *w = c->weight ? nb_detach(c->weight) : NULL;
     if (w && w->dtype != lp->dtype) w = nb_to_dtype(w, lp->dtype);
     if (!zero || (c->weight && !w)) return NULL;
-    nb_tensor *idx = nb_unsqueeze(safe, 1);
-    nb_tensor *picked = idx ? nb_gather(lp, 1, idx) : NULL;
-    nb_tensor *per = picked ? nb_neg(nb_squeeze_dim(picked, 1)) : NULL;
+    nb_tensor *per;
+    if (fused) {
+        per = ce_rows(lp, safe);
+    } else {
+        nb_tensor *idx = nb_unsqueeze(safe, 1);
+        nb_tensor *picked = idx ? nb_gather(lp, 1, idx) : NULL;
+        per = picked ? nb_neg(nb_squeeze_dim(picked, 1)) : NULL;
+    }
     nb_tensor *wt = NULL, *denom = NULL;
     if (w) {
         wt = target_weights(w, safe);
@@ -199,8 +236,9 @@ static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
         nb_tensor *kt = nkeep == n ? NULL
                                    : nb_tensor_from_data(keep, tshape, tnd, &(nb_tensor_params){.dtype = NB_BOOL, .device = dev});
         nb_tensor *x = c->lp->ndim == 1 ? nb_unsqueeze(c->lp, 0) : (nb_tensor *)c->lp;
-        if (x && log_softmax) x = nb_log_softmax(x, 1);
-        if (st && x && (kt || nkeep == n)) out = nll_from_safe(c, x, st, kt, nkeep);
+        bool fused = log_softmax && c->smoothing == 0.0 && x && x->ndim == 2 && dev.type == NB_DEVICE_CPU;
+        if (x && log_softmax && !fused) x = nb_log_softmax(x, 1);
+        if (st && x && (kt || nkeep == n)) out = nll_from_safe(c, x, st, kt, nkeep, fused);
         if (out && c->lp->ndim == 1 && c->reduction == NB_REDUCE_NONE) out = nb_squeeze_dim(out, 0);
     }
     free(safe);

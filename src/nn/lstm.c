@@ -1,15 +1,15 @@
-/* The LSTM (nabla/rnn.h) built from ops: per layer, one GEMM projects the inputs of all steps
- * (x [T*B, in] @ W_ih^T + (b_ih + b_hh)); each step adds h_{t-1} @ W_hh^T in one addmm and runs
- * the gate math elementwise. Autograd comes from the ops.
- *
- * The projection is cut into steps by a binary tree of narrows rather than T selects of the whole:
- * a view's backward writes its gradient into zeros of its base's size, so T selects of [T, B, 4H]
- * would cost T full-size zero-fills and additions in backward (quadratic in T); the tree costs
- * about 2 log2(T) of them. */
+/* The LSTM (nabla/rnn.h). Per layer, one GEMM projects the inputs of all steps
+ * (x [T*B, in] @ W_ih^T + (b_ih + b_hh)); the recurrence is then one autograd node, LSTM_LAYER:
+ * each step runs one GEMM with W_hh (a BMM call) and the fused pointwise kernel LSTM_CELL, writing
+ * h and c into one buffer Y [2, T+1, B, H] and the gate activations into act [T, B, 4H]. Its
+ * backward (rules_rnn.c) walks the steps back with LSTM_CELL_BACKWARD and one GEMM each, writing
+ * the gate gradients into one [T, B, 4H] buffer: that is the gradient of the projection, so the
+ * input side costs one GEMM per layer, and W_hh's gradient is one GEMM over all steps. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "autograd/autograd_impl.h"
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
 #include "nabla/autograd.h"
@@ -94,60 +94,96 @@ static nb_status check_args(const nb_tensor *x, const nb_tensor *h0, const nb_te
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-/* out[0 .. n) = the n steps of t [n, B, G] as [B, G] views, through a binary tree of narrows. */
-static nb_status split_steps(nb_tensor *t, int64_t n, nb_tensor **out)
+/* BMM of one step: out[0] = a[0] @ b[0] (3-D views, each [1, ., .]). */
+static nb_status bmm1(nb_tensor *out, const nb_tensor *a, const nb_tensor *b)
 {
-    if (n <= 2) {
-        for (int64_t i = 0; i < n; i++)
-            if (!(out[i] = nb_select(t, 0, i))) return nb_last_status();
-        return NB_OK;
-    }
-    int64_t half = n / 2;
-    nb_tensor *a = nb_narrow(t, 0, 0, half), *b = a ? nb_narrow(t, 0, half, n - half) : NULL;
-    if (!b) return nb_last_status();
-    NB_TRY(split_steps(a, half, out));
-    return split_steps(b, n - half, out + half);
+    nb_kargs k = {.out = out, .in = {a, b}, .s0 = 1.0, .s1 = 0.0};
+    return nb__dispatch(NB_OP_BMM, &k);
 }
 
-/* One step: gates = xp_t (+ h W_hh^T); updates *h and *c (NULL = zeros). */
-static nb_status step(nb_tensor *xp_t, const nb_tensor *whh_t, nb_tensor **h, nb_tensor **c)
+/* The recurrence of one layer, without autograd: fills Y [2, T+1, B, H] and act [T, B, 4H] from
+ * xp [T, B, 4H] (contiguous) and hc0 [2, B, H] (NULL: zeros). Runs in the caller's scope with
+ * grad mode off. */
+static nb_status recur(const nb_tensor *xp, const nb_tensor *whh, const nb_tensor *hc0, nb_tensor *y, nb_tensor *act)
 {
-    nb_tensor *gates = *h ? nb_addmm(xp_t, *h, whh_t, 1.0, 1.0) : xp_t, *q[4];
-    if (!gates || nb_chunk(gates, 4, 1, q, 4) != 4) return nb_last_status();
-    nb_tensor *i = nb_sigmoid(q[0]), *f = i ? nb_sigmoid(q[1]) : NULL;
-    nb_tensor *g = f ? nb_tanh(q[2]) : NULL, *o = g ? nb_sigmoid(q[3]) : NULL;
-    nb_tensor *ig = o ? nb_mul(i, g) : NULL;
-    if (!ig) return nb_last_status();
-    nb_tensor *fc = *c ? nb_mul(f, *c) : NULL;
-    nb_tensor *cn = !*c ? ig : fc ? nb_add(fc, ig) : NULL;
-    nb_tensor *tc = cn ? nb_tanh(cn) : NULL;
-    nb_tensor *hn = tc ? nb_mul(o, tc) : NULL;
-    if (!hn) return nb_last_status();
-    *h = hn;
-    *c = cn;
+    int64_t T = xp->shape[0];
+    nb_tensor *y0 = nb_select(y, 1, 0), *wt = nb_unsqueeze(nb_t(whh), 0);
+    if (!y0 || !wt) return nb_last_status();
+    NB_TRY(hc0 ? nb_copy_(y0, hc0) : nb_fill_(y0, 0.0));
+    nb_tensor *hs = nb_select(y, 0, 0);
+    if (!hs) return nb_last_status();
+    for (int64_t t = 0; t < T; t++) {
+        bool rec = t > 0 || hc0;
+        if (rec) {
+            nb_tensor *h = nb_narrow(hs, 0, t, 1), *a = h ? nb_narrow(act, 0, t, 1) : NULL;
+            if (!a) return nb_last_status();
+            NB_TRY(bmm1(a, h, wt));
+        }
+        nb_kargs k = {.out = y, .out2 = act, .in = {xp}, .i0 = t, .flag = rec};
+        NB_TRY(nb__dispatch(NB_OP_LSTM_CELL, &k));
+    }
     return NB_OK;
 }
 
-/* One layer over the whole sequence `in` [T, B, in_k]; writes its output [T, B, H] and final
- * states. Every tensor made here belongs to the caller's scope. */
-static nb_status layer(nb_tensor *in, nb_tensor *const *w, bool bias, nb_tensor *h, nb_tensor *c, nb_tensor **steps,
-                       nb_tensor **out, nb_tensor **hn, nb_tensor **cn)
+/* One layer as one autograd node (LSTM_LAYER, rule in rules_rnn.c): returns Y [2, T+1, B, H]
+ * (h and c of every step, the initial state at t = 0). */
+static nb_tensor *lstm_layer(const nb_tensor *xp, const nb_tensor *whh, const nb_tensor *hc0)
+{
+    int64_t T = xp->shape[0], B = xp->shape[1], H = whh->shape[1];
+    nb_tensor *y = nb__tensor_new((int64_t[]){2, T + 1, B, H}, 4, xp->dtype, xp->storage->device);
+    nb_tensor *act = y ? nb__tensor_new(xp->shape, 3, xp->dtype, xp->storage->device) : NULL;
+    if (!act) {
+        nb__release(y);
+        return NULL;
+    }
+    bool prev = nb_set_grad_enabled(false);
+    nb_scope *s = nb_scope_begin();
+    nb_status st = s ? recur(xp, whh, hc0, y, act) : nb_last_status();
+    nb_scope_end(s);
+    nb_set_grad_enabled(prev);
+    if (st == NB_OK) {
+        const nb_tensor *in[3] = {xp, whh, hc0}, *save[3] = {whh, y, act};
+        nb__record(NB_OP_LSTM_LAYER, y, in, 3, save, 3, &st);
+    }
+    nb__release(act);
+    if (st != NB_OK) {
+        nb__release(y);
+        return NULL;
+    }
+    return nb__track(y);
+}
+
+/* The initial state of a layer as one [2, B, H] tensor, or NULL (no error) when both are zeros. */
+static nb_status initial_state(const nb_tensor *h0, const nb_tensor *c0, int l, nb_tensor **hc)
+{
+    *hc = NULL;
+    if (!h0 && !c0) return NB_OK;
+    const nb_tensor *ref = h0 ? h0 : c0;
+    nb_tensor *h = h0 ? nb_select(h0, 0, l) : NULL, *c = c0 ? nb_select(c0, 0, l) : NULL;
+    nb_tensor_params tp = {.dtype = ref->dtype, .device = ref->storage->device};
+    nb_tensor *z = !h || !c ? nb_zeros(ref->shape + 1, 2, &tp) : NULL;
+    nb_tensor *two[2] = {h ? h : z, c ? c : z};
+    if (!two[0] || !two[1]) return nb_last_status();
+    *hc = nb_stack(two, 2, 0);
+    return *hc ? NB_OK : nb_last_status();
+}
+
+/* One layer over the whole sequence `in` [T, B, in_k]: its output [T, B, H] and final states,
+ * views of the layer's Y. Every tensor made here belongs to the caller's scope. */
+static nb_status layer(nb_tensor *in, nb_tensor *const *w, bool bias, const nb_tensor *hc0, nb_tensor **out,
+                       nb_tensor **hn, nb_tensor **cn)
 {
     int64_t T = in->shape[0];
     nb_tensor *b = bias ? nb_add(w[2], w[3]) : NULL;
     if (bias && !b) return nb_last_status();
     nb_tensor *xp = nb_linear(in, w[0], b);
-    nb_tensor *whh_t = xp ? nb_t(w[1]) : NULL;
-    if (!whh_t) return nb_last_status();
-    NB_TRY(split_steps(xp, T, steps));
-    for (int64_t t = 0; t < T; t++) {
-        NB_TRY(step(steps[t], whh_t, &h, &c));
-        steps[t] = h;
-    }
-    *out = nb_stack(steps, (int)T, 0);
-    *hn = h;
-    *cn = c;
-    return *out ? NB_OK : nb_last_status();
+    if (xp && !nb__is_contiguous(xp)) xp = nb_contiguous(xp);
+    nb_tensor *y = xp ? lstm_layer(xp, w[1], hc0) : NULL;
+    nb_tensor *hs = y ? nb_select(y, 0, 0) : NULL, *cs = hs ? nb_select(y, 0, 1) : NULL;
+    *out = cs ? nb_narrow(hs, 0, 1, T) : NULL;
+    *hn = *out ? nb_select(hs, 0, T) : NULL;
+    *cn = *hn ? nb_select(cs, 0, T) : NULL;
+    return *cn ? NB_OK : nb_last_status();
 }
 
 static nb_status run_layers(const nb_tensor *x, const nb_tensor *h0, const nb_tensor *c0, nb_tensor *const *w,
@@ -155,18 +191,12 @@ static nb_status run_layers(const nb_tensor *x, const nb_tensor *h0, const nb_te
 {
     nb_tensor *in = p->batch_first ? nb_transpose(x, 0, 1) : (nb_tensor *)x; /* only read */
     if (!in) return nb_last_status();
-    if (in->shape[0] > INT32_MAX) return nb__err(NB_ERR_SHAPE, "lstm: sequence too long (%lld)", (long long)in->shape[0]);
-    nb_tensor **steps = malloc(sizeof *steps * (size_t)in->shape[0]);
-    if (!steps) return nb__err(NB_ERR_OOM, "lstm: out of memory");
-    nb_status st = NB_OK;
     int per = p->bias ? 4 : 2;
-    for (int l = 0; l < layers && st == NB_OK; l++) {
-        nb_tensor *h = h0 ? nb_select(h0, 0, l) : NULL, *c = c0 ? nb_select(c0, 0, l) : NULL;
-        if ((h0 && !h) || (c0 && !c)) st = nb_last_status();
-        if (st == NB_OK) st = layer(in, w + l * per, p->bias, h, c, steps, &in, &hs[l], &cs[l]);
+    for (int l = 0; l < layers; l++) {
+        nb_tensor *hc0;
+        NB_TRY(initial_state(h0, c0, l, &hc0));
+        NB_TRY(layer(in, w + l * per, p->bias, hc0, &in, &hs[l], &cs[l]));
     }
-    free(steps);
-    if (st != NB_OK) return st;
     *out = p->batch_first ? nb_transpose(in, 0, 1) : in; /* PyTorch's batch_first output is contiguous */
     if (p->batch_first && *out) *out = nb_contiguous(*out);
     return *out ? NB_OK : nb_last_status();

@@ -96,6 +96,19 @@ def class_cases(t, sfx, dt):
     x = torch.tensor([[1000.0, -1000.0, 0.0], [-500.0, 500.0, 499.0]], dtype=dt)
     run(t, f"ce/large/{sfx}", lambda a, b: F.cross_entropy(a, b, label_smoothing=0.3), [x, i64([1, 2])], fd=False,
         reduction=i64(1), ignore_index=i64(-100), smoothing=torch.tensor(0.3, dtype=torch.float64))
+    # without smoothing (nabla's fused cross entropy): large logits, -inf logits, many classes (a
+    # vector body and a tail), an ignored row
+    run(t, f"ce/large_nos/{sfx}", lambda a, b: F.cross_entropy(a, b), [x, i64([1, 2])], fd=False,
+        reduction=i64(1), ignore_index=i64(-100))
+    xi = torch.tensor([[0.5, float("-inf"), 2.0], [float("-inf"), 1.0, -1.0]], dtype=dt)
+    run(t, f"ce/neginf/{sfx}", lambda a, b: F.cross_entropy(a, b, reduction="sum"), [xi, i64([0, 2])], fd=False,
+        reduction=i64(2), ignore_index=i64(-100))
+    for ncls, n, red in ((1000, 6, "sum"), (37, 5, "mean")):
+        x = torch.randn(n, ncls, dtype=torch.float64).to(dt) * 3
+        tgt = torch.randint(0, ncls, (n,))
+        tgt[1] = -100
+        run(t, f"ce/many{ncls}/{sfx}", lambda a, b: F.cross_entropy(a, b, reduction=red), [x, tgt],
+            fd=ncls < 100, reduction=i64(REDUCTIONS[red]), ignore_index=i64(-100))
 
 
 def regression_cases(t, sfx, dt):

@@ -21,6 +21,7 @@ VARIANTS = [
     ("l2_bf_nobias_states", 3, 2, 3, 4, 2, True, False, True),
     ("l1_nobias", 7, 2, 3, 3, 1, False, False, False),
     ("l2_long", 24, 4, 8, 16, 2, False, True, True),
+    ("l2_h37", 3, 5, 7, 37, 2, False, True, True),  # hidden size: two full vectors and a tail
 ]
 
 

@@ -10,7 +10,13 @@
  * stays in L1 (max; exp, store and sum in double; scale) with a float32 exp accurate to about
  * 1 ulp; and, when i0 is not the last dim, blocks of columns of [outer, D, inner] that run the
  * same passes down the columns while reading memory along rows. A NaN in a line makes the whole
- * line NaN, as in PyTorch. The backward takes the reference path. */
+ * line NaN, as in PyTorch. The backward takes an AVX-512 pass for contiguous float32 rows of
+ * log_softmax (two passes: sum g; g - exp(y) sum), else the reference path.
+ *   CROSS_ENTROPY           x [N, C], targets t [N] (int64, in range): out[n] = lse(x[n]) - x[n, t],
+ *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double)
+ *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
+ *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row
+ * (all contiguous; float32 rows with AVX-512, else in double). */
 #include <math.h>
 #include <string.h>
 
@@ -187,6 +193,73 @@ __attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const
 static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 #endif
 
+#if defined(__x86_64__)
+/* log(sum(exp(x - max))) + max of a float32 row, the sum in double. */
+__attribute__((target("avx512f"))) static double lse_f32_avx512(const float *x, int64_t D)
+{
+    int64_t i;
+    __mmask16 tail = (__mmask16)((1u << (D & 15)) - 1);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm = ninf;
+    for (i = 0; i + 16 <= D; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    if (tail) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, tail, x + i));
+    float m = _mm512_reduce_max_ps(vm);
+    __m512 vmax = _mm512_set1_ps(m);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= D; i += 16) {
+        __m512 e = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
+        s0 = _mm512_add_pd(s0, lo_pd(e));
+        s1 = _mm512_add_pd(s1, hi_pd(e));
+    }
+    if (tail) {
+        __m512 e = _mm512_maskz_mov_ps(tail, exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), vmax)));
+        s0 = _mm512_add_pd(s0, lo_pd(e));
+        s1 = _mm512_add_pd(s1, hi_pd(e));
+    }
+    return (double)m + log(_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
+}
+
+/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). */
+__attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, float lse,
+                                                                 float g, int64_t t)
+{
+    int64_t i;
+    __m512 vl = _mm512_set1_ps(lse), vg = _mm512_set1_ps(g);
+    for (i = 0; i + 16 <= D; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_mul_ps(exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vl)), vg));
+    if (i < D) {
+        __mmask16 k = (__mmask16)((1u << (D - i)) - 1);
+        __m512 e = exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl));
+        _mm512_mask_storeu_ps(o + i, k, _mm512_mul_ps(e, vg));
+    }
+    if (t >= 0) o[t] -= g;
+}
+
+/* log_softmax backward of a float32 row: o = g - exp(y) * sum(g), the sum in double. */
+__attribute__((target("avx512f"))) static void lsm_bwd_f32_avx512(const float *g, const float *y, float *o, int64_t D)
+{
+    int64_t i;
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= D; i += 16) {
+        __m512 v = _mm512_loadu_ps(g + i);
+        s0 = _mm512_add_pd(s0, lo_pd(v));
+        s1 = _mm512_add_pd(s1, hi_pd(v));
+    }
+    __mmask16 k = (__mmask16)((1u << (D - i)) - 1);
+    if (i < D) {
+        __m512 v = _mm512_maskz_loadu_ps(k, g + i);
+        s0 = _mm512_add_pd(s0, lo_pd(v));
+        s1 = _mm512_add_pd(s1, hi_pd(v));
+    }
+    __m512 vs = _mm512_set1_ps((float)_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
+    for (i = 0; i + 16 <= D; i += 16)
+        _mm512_storeu_ps(o + i, _mm512_fnmadd_ps(exp_nonpos(_mm512_loadu_ps(y + i)), vs, _mm512_loadu_ps(g + i)));
+    if (i < D)
+        _mm512_mask_storeu_ps(o + i, k, _mm512_fnmadd_ps(exp_nonpos(_mm512_maskz_loadu_ps(k, y + i)), vs,
+                                                         _mm512_maskz_loadu_ps(k, g + i)));
+}
+#endif
+
 /* ---- the fast path: contiguous [outer, D, inner], dim not last ------------------------------ */
 
 #define COL_CW 256 /* columns handled together: their running max and sum stay in registers / L1 */
@@ -301,6 +374,16 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     char *ob = nb__data(out);
     const char *gb = nb__data(a->in[0]), *yb = nb__data(a->in[1]);
     bool f32 = out->dtype == NB_FLOAT32;
+#if defined(__x86_64__)
+    bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1 && nb__is_contiguous(out) &&
+                nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
+    if (f32 && lg && rows && have_avx512()) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < l.n; r++)
+            lsm_bwd_f32_avx512((const float *)gb + r * l.D, (const float *)yb + r * l.D, (float *)ob + r * l.D, l.D);
+        return NB_OK;
+    }
+#endif
     int64_t es = f32 ? 4 : 8;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < l.n; r++) {
@@ -314,8 +397,86 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     return NB_OK;
 }
 
+/* ---- cross entropy over rows: x [N, C] contiguous, targets in range ---------------------------- */
+
+static double ce_lse_ref(const char *x, int64_t C, bool f32)
+{
+    double m = -INFINITY, s = 0;
+    for (int64_t i = 0; i < C; i++) {
+        double v = f32 ? ((const float *)x)[i] : ((const double *)x)[i];
+        if (!isnan(m) && (isnan(v) || v > m)) m = v;
+    }
+    for (int64_t i = 0; i < C; i++) s += exp((f32 ? ((const float *)x)[i] : ((const double *)x)[i]) - m);
+    return m + log(s);
+}
+
+static nb_status ce_check(nb_op op, const nb_kargs *a, int64_t *N, int64_t *C)
+{
+    const nb_tensor *x = a->in[0], *t = a->in[op == NB_OP_CROSS_ENTROPY ? 1 : 2];
+    const nb_tensor *r = op == NB_OP_CROSS_ENTROPY ? a->out2 : a->in[1];
+    if (!x || !t || !r || x->ndim != 2 || t->dtype != NB_INT64 || !nb__is_contiguous(x) || !nb__is_contiguous(t) ||
+        !nb__is_contiguous(a->out) || !nb__is_contiguous(r) || x->dtype != a->out->dtype || r->dtype != x->dtype ||
+        nb_tensor_numel(t) != x->shape[0])
+        return nb__err(NB_ERR_INTERNAL, "%s: bad operands", nb__op_name(op));
+    *N = x->shape[0], *C = x->shape[1];
+    return NB_OK;
+}
+
+static nb_status cross_entropy(nb_op op, const nb_kargs *a)
+{
+    int64_t N, C;
+    NB_TRY(ce_check(op, a, &N, &C));
+    bool f32 = a->out->dtype == NB_FLOAT32, fwd = op == NB_OP_CROSS_ENTROPY;
+    size_t es = f32 ? 4 : 8;
+    const char *xb = nb__data(a->in[0]);
+    const int64_t *tg = (const int64_t *)nb__data(a->in[fwd ? 1 : 2]);
+    char *ob = nb__data(a->out), *rb = fwd ? nb__data(a->out2) : (char *)nb__data(a->in[1]);
+#if defined(__x86_64__)
+    bool vec = f32 && have_avx512();
+#else
+    bool vec = false;
+#endif
+    int nt = nb_cpu_threads_for(N * C, 0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const char *x = xb + (size_t)(n * C) * es;
+        int64_t t = tg[n];
+        if (fwd) {
+            double xt = f32 ? ((const float *)x)[t] : ((const double *)x)[t];
+#if defined(__x86_64__)
+            double lse = vec ? lse_f32_avx512((const float *)x, C) : ce_lse_ref(x, C, f32);
+#else
+            double lse = ce_lse_ref(x, C, f32);
+#endif
+            if (f32) ((float *)rb)[n] = (float)lse, ((float *)ob)[n] = (float)(lse - xt);
+            else ((double *)rb)[n] = lse, ((double *)ob)[n] = lse - xt;
+            continue;
+        }
+        double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
+        double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
+#if defined(__x86_64__)
+        if (vec) {
+            ce_bwd_f32_avx512((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t);
+            continue;
+        }
+#endif
+        for (int64_t c = 0; c < C; c++) {
+            double v = exp((f32 ? ((const float *)x)[c] : ((const double *)x)[c]) - lse) * g - (c == t ? g : 0);
+            if (f32) ((float *)ob)[n * C + c] = (float)v;
+            else ((double *)ob)[n * C + c] = v;
+        }
+    }
+    return NB_OK;
+}
+
 nb_status nb_cpu_k_softmax(nb_op op, const nb_kargs *a)
 {
+    if (op == NB_OP_CROSS_ENTROPY || op == NB_OP_CROSS_ENTROPY_BACKWARD) {
+        if (a->out->dtype != NB_FLOAT32 && a->out->dtype != NB_FLOAT64)
+            return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
+                           nb_dtype_name(a->out->dtype));
+        return cross_entropy(op, a);
+    }
     if (a->out->dtype != NB_FLOAT32 && a->out->dtype != NB_FLOAT64)
         return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
                        nb_dtype_name(a->out->dtype));

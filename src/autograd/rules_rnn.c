@@ -1,0 +1,66 @@
+/* Backward rules of the fused recurrent and loss ops: LSTM_LAYER (src/nn/lstm.c) and
+ * CROSS_ENTROPY (src/nn/loss.c). */
+#include "autograd/autograd_impl.h"
+#include "nabla/autograd.h"
+#include "nabla/ops.h"
+
+/* The steps of LSTM_LAYER backward, last first: LSTM_CELL_BACKWARD writes dgates[t] and carries
+ * dc; one BMM gives the gradient reaching h_{t-1}, dhc[0] = dgates[t] @ W_hh. */
+static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, const nb_tensor *whh, nb_tensor *dg,
+                            nb_tensor *dhc, bool need_h0)
+{
+    int64_t T = act->shape[0];
+    nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = nb_unsqueeze(whh, 0);
+    if (!dh || !w) return nb_last_status();
+    for (int64_t t = T - 1; t >= 0; t--) {
+        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act}, .i0 = t};
+        NB_TRY(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k));
+        if (t == 0 && !need_h0) break;
+        nb_tensor *d = nb_narrow(dg, 0, t, 1);
+        if (!d) return nb_last_status();
+        nb_kargs m = {.out = dh, .in = {d, w}, .s0 = 1.0, .s1 = 0.0};
+        NB_TRY(nb__dispatch(NB_OP_BMM, &m));
+    }
+    return NB_OK;
+}
+
+/* Inputs (xp [T, B, 4H], w_hh [4H, H], hc0 [2, B, H] or NULL); saved (w_hh, Y, act). */
+nb_status nb__bw_LSTM_LAYER(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
+{
+    nb_tensor *whh = nb__node_saved(node, 0), *y = nb__node_saved(node, 1), *act = nb__node_saved(node, 2);
+    if (!whh || !y || !act) return nb_last_status();
+    int64_t T = act->shape[0], B = act->shape[1], H = y->shape[3];
+    nb_tensor_params tp = {.dtype = y->dtype, .device = y->storage->device};
+    nb_tensor *g = nb_contiguous(grad);
+    nb_tensor *dg = g ? nb_empty(act->shape, 3, &tp) : NULL;
+    nb_tensor *dhc = dg ? nb_zeros((int64_t[]){2, B, H}, 3, &tp) : NULL;
+    if (!dhc) return nb_last_status();
+    bool need_h0 = nb__edge_needs_grad(node, 2);
+    NB_TRY(lstm_steps(g, y, act, whh, dg, dhc, need_h0));
+    if (nb__edge_needs_grad(node, 0)) grad_in[0] = dg;
+    if (nb__edge_needs_grad(node, 1)) {
+        nb_tensor *hs = nb_narrow(nb_select(y, 0, 0), 0, 0, T);
+        nb_tensor *h2 = hs ? nb_reshape(hs, (int64_t[]){T * B, H}, 2) : NULL;
+        nb_tensor *d2 = h2 ? nb_reshape(dg, (int64_t[]){T * B, 4 * H}, 2) : NULL;
+        if (!d2 || !(grad_in[1] = nb_matmul(nb_t(d2), h2))) return nb_last_status();
+    }
+    if (need_h0 && !(grad_in[2] = nb_add(dhc, nb_select(g, 1, 0)))) return nb_last_status();
+    return NB_OK;
+}
+
+/* Input x [N, C] (the target needs no gradient); saved (x, lse [N], target); grad [N]. */
+nb_status nb__bw_CROSS_ENTROPY(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
+{
+    nb_tensor *x = nb__node_saved(node, 0), *lse = nb__node_saved(node, 1), *tgt = nb__node_saved(node, 2);
+    if (!x || !lse || !tgt) return nb_last_status();
+    nb_tensor *two[2] = {lse, nb_contiguous(nb_expand(grad, lse->shape, 1))};
+    nb_tensor *rows = two[1] ? nb_stack(two, 2, 0) : NULL;
+    nb_tensor *gx = rows ? nb_empty(x->shape, x->ndim, &(nb_tensor_params){.dtype = x->dtype,
+                                                                              .device = x->storage->device})
+                         : NULL;
+    if (!gx) return nb_last_status();
+    nb_kargs k = {.out = gx, .in = {x, rows, tgt}};
+    NB_TRY(nb__dispatch(NB_OP_CROSS_ENTROPY_BACKWARD, &k));
+    grad_in[0] = gx;
+    return NB_OK;
+}
