@@ -1,7 +1,7 @@
 /* The CUDA layers against the CPU's results: conv2d through cuDNN (bias, stride, padding,
  * dilation, groups, the fused ReLU; input, weight and bias gradients), max / average / adaptive pooling and
  * their gradients, batch norm in training (running statistics) and evaluation with gradients,
- * and the zoo's CNN: the same weights give the same loss and gradients on both devices, and
+ * a 2-layer LSTM (the fused cell kernels), and the zoo's CNN: the same weights give the same loss and gradients on both devices, and
  * a few Adam steps on the GPU track the CPU's. Exits 77 (ctest: Skipped) without a GPU. */
 #include <stdio.h>
 
@@ -114,6 +114,44 @@ static void test_batch_norm(void **state)
     nb_scope_end(s);
 }
 
+/* A 2-layer LSTM with given states: outputs, final states and every gradient (the fused cell
+ * kernels and the cuBLAS products) */
+static nb_tensor *lstm_f(nb_tensor *const *in, void *ctx)
+{
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 12;
+    return nb_lstm(in[0], in[1], in[2], in + 3, 8, 2, &p, NULL, NULL);
+}
+
+static void test_lstm(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = 12;
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = NB_FLOAT64;
+    nb_tensor *w[8];
+    NBT_OK(nb_lstm_init_weights(7, 2, &p, &tp, w));
+    int64_t sx[3] = {5, 3, 7}, sh[3] = {2, 3, 12};
+    nb_tensor *in[11] = {randn(sx, 3, NB_FLOAT64), randn(sh, 3, NB_FLOAT64), randn(sh, 3, NB_FLOAT64)};
+    for (int i = 0; i < 8; i++) in[3 + i] = NBT_CHECK(nb_detach(w[i]));
+    nb_scope *t = nb_scope_begin();
+    nb_tensor *h[11], *d[11];
+    for (int i = 0; i < 11; i++) h[i] = nbt_leaf(in[i]), d[i] = dev_leaf(in[i]);
+    nb_tensor *yh = NBT_CHECK(lstm_f(h, NULL)), *yd = NBT_CHECK(lstm_f(d, NULL));
+    close_to(yd, yh, 1e-11, "lstm output");
+    nb_tensor *g = randn(nb_tensor_shape(yh), 3, NB_FLOAT64);
+    NBT_OK(nb_backward(yh, g, 0));
+    NBT_OK(nb_backward(yd, cuda(g), 0));
+    for (int i = 0; i < 11; i++) {
+        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-10, "lstm gradient");
+        nb_tensor_free(d[i]);
+    }
+    nb_scope_end(t);
+    nb_scope_end(s);
+}
+
 /* The zoo CNN: same weights, same batch: loss and gradients agree; 5 Adam steps stay close. */
 static void test_cnn(void **state)
 {
@@ -165,6 +203,6 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_batch_norm),
-                                       cmocka_unit_test(test_cnn)};
+                                       cmocka_unit_test(test_lstm), cmocka_unit_test(test_cnn)};
     return NBT_RUN(tests);
 }

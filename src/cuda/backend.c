@@ -17,6 +17,7 @@ FAMILY(random)
 FAMILY(index)
 FAMILY(pool)
 FAMILY(sort)
+FAMILY(rnn)
 FAMILY(batchnorm)
 #ifdef NB_HAVE_CUDNN
 FAMILY(conv)
@@ -73,7 +74,7 @@ static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
 #endif
 #define pool nb_cuda_k_pool
 #define batchnorm nb_cuda_k_batchnorm
-#define rnn NULL
+#define rnn nb_cuda_k_rnn
 
 const nb_backend nb__cuda_backend = {
     .name = "cuda",

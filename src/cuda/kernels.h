@@ -133,6 +133,13 @@ cudaError_t nb_cuda_launch_batchnorm(bool backward, int dtype, int64_t n, int64_
 cudaError_t nb_cuda_launch_sort(const nb_cuda_lines *p, int dtype, int es, int64_t m, bool descending, void *scratch,
                                 size_t *scratch_bytes, cudaStream_t s);
 
+/* One LSTM step (t) of the rnn family. Forward: in0 = xp [T, B, 4H], act [T, B, 4H] (holding
+ * h W_hh^T at step t when flag), out = Y [2, T+1, B, H]. Backward: in0 = gY, in1 = Y, act, out =
+ * dgates [T, B, 4H], out2 = dhc [2, B, H]. dtype 0 float32, 1 float64. */
+cudaError_t nb_cuda_launch_lstm_cell(bool backward, int dtype, int64_t T, int64_t B, int64_t H, int64_t t, bool flag,
+                                     const void *in0, const void *in1, void *act, void *out, void *out2,
+                                     cudaStream_t s);
+
 /* The binary family: ADD..MINIMUM (out in x's dtype), EQ..GE (bool out); y NULL: the scalar s0
  * (converted to x's dtype) is the second operand. */
 cudaError_t nb_cuda_launch_binary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, const nb_cuda_desc *y,
