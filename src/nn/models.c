@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/error_impl.h"
+#include "nn/models_impl.h"
 #include "nabla/layers.h"
 #include "nabla/models.h"
 #include "nabla/ops.h"
@@ -25,10 +26,6 @@ static const char *const model_names[] = {"mlp",       "lenet5",    "cnn",      
                                           "resnet56",  "fcn-s",     "alexnet-s", "resnet-50",
                                           "fcn-r",     "alexnet-r", "resnet-56"};
 #define N_MODELS ((int)(sizeof model_names / sizeof *model_names))
-
-/* The DLBench networks (models_dlbench.c): *known says whether name is one of them. */
-nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,
-                             const nb_tensor_params *p, bool *known);
 
 int nb_model_names(const char **out, int cap)
 {
@@ -44,15 +41,14 @@ static nb_conv2d_params conv_p(int64_t stride, int64_t pad)
     return c;
 }
 
-static nb_module *conv(int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
+nb_module *nb__zoo_conv(int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
                        const nb_tensor_params *p)
 {
     nb_conv2d_params c = conv_p(stride, pad);
     return nb_conv2d_module(cin, cout, k, k, &c, bias, p);
 }
 
-/* Registers the children in order under names[i]; takes ownership of all, also on failure. */
-static nb_module *container(const nb_module_funcs *funcs, const char *const *names, nb_module **kids, int n)
+nb_module *nb__zoo_container(const nb_module_funcs *funcs, const char *const *names, nb_module **kids, int n)
 {
     nb_module *m = nb_module_create(funcs, NULL);
     for (int i = 0; i < n; i++) {
@@ -86,7 +82,7 @@ static nb_module *two_part(nb_module *features, nb_module *classifier)
 {
     static const char *const names[2] = {"features", "classifier"};
     nb_module *kids[2] = {features, classifier};
-    return container(&net_funcs, names, kids, 2);
+    return nb__zoo_container(&net_funcs, names, kids, 2);
 }
 
 static nb_module *mlp(int64_t c, int64_t h, int64_t w, int64_t classes, const nb_tensor_params *p)
@@ -103,8 +99,8 @@ static nb_module *lenet5(int64_t c, int64_t h, int64_t w, int64_t classes, const
     if (h / 2 < 5 || w / 2 < 5)
         return nb__err_null(NB_ERR_SHAPE, "model lenet5: input %lldx%lld too small (needs at least 10x10)",
                             (long long)h, (long long)w);
-    nb_module *f[6] = {conv(c, 6, 5, 1, 2, true, p), nb_relu_module(), nb_max_pool2d_module(2, 0, 0),
-                       conv(6, 16, 5, 1, 0, true, p), nb_relu_module(), nb_max_pool2d_module(2, 0, 0)};
+    nb_module *f[6] = {nb__zoo_conv(c, 6, 5, 1, 2, true, p), nb_relu_module(), nb_max_pool2d_module(2, 0, 0),
+                       nb__zoo_conv(6, 16, 5, 1, 0, true, p), nb_relu_module(), nb_max_pool2d_module(2, 0, 0)};
     nb_module *cl[6] = {nb_flatten_module(1, -1), nb_linear_module(16 * oh * ow, 120, true, p), nb_relu_module(),
                         nb_linear_module(120, 84, true, p), nb_relu_module(), nb_linear_module(84, classes, true, p)};
     return two_part(nb_sequential(f, 6), nb_sequential(cl, 6));
@@ -115,8 +111,8 @@ static nb_module *cnn(int64_t c, int64_t h, int64_t w, int64_t classes, const nb
     if (h < 4 || w < 4)
         return nb__err_null(NB_ERR_SHAPE, "model cnn: input %lldx%lld too small (needs at least 4x4)", (long long)h,
                             (long long)w);
-    nb_module *f[8] = {conv(c, 32, 3, 1, 1, true, p),  nb_batch_norm2d_module(32, p), nb_relu_module(),
-                       nb_max_pool2d_module(2, 0, 0),  conv(32, 64, 3, 1, 1, true, p),
+    nb_module *f[8] = {nb__zoo_conv(c, 32, 3, 1, 1, true, p),  nb_batch_norm2d_module(32, p), nb_relu_module(),
+                       nb_max_pool2d_module(2, 0, 0),  nb__zoo_conv(32, 64, 3, 1, 1, true, p),
                        nb_batch_norm2d_module(64, p),  nb_relu_module(),
                        nb_max_pool2d_module(2, 0, 0)};
     nb_module *cl[5] = {nb_flatten_module(1, -1), nb_linear_module(64 * (h / 4) * (w / 4), 128, true, p),
@@ -143,14 +139,14 @@ static const nb_module_funcs block_funcs = {"BasicBlock", block_forward, NULL};
 static nb_module *block(int64_t cin, int64_t cout, int64_t stride, const nb_tensor_params *p)
 {
     static const char *const names[5] = {"conv1", "bn1", "conv2", "bn2", "shortcut"};
-    nb_module *k[5] = {conv(cin, cout, 3, stride, 1, false, p), nb_batch_norm2d_module(cout, p),
-                       conv(cout, cout, 3, 1, 1, false, p), nb_batch_norm2d_module(cout, p), NULL};
+    nb_module *k[5] = {nb__zoo_conv(cin, cout, 3, stride, 1, false, p), nb_batch_norm2d_module(cout, p),
+                       nb__zoo_conv(cout, cout, 3, 1, 1, false, p), nb_batch_norm2d_module(cout, p), NULL};
     bool proj = stride != 1 || cin != cout;
     if (proj) {
-        nb_module *s[2] = {conv(cin, cout, 1, stride, 0, false, p), nb_batch_norm2d_module(cout, p)};
+        nb_module *s[2] = {nb__zoo_conv(cin, cout, 1, stride, 0, false, p), nb_batch_norm2d_module(cout, p)};
         k[4] = nb_sequential(s, 2);
     }
-    return container(&block_funcs, names, k, proj ? 5 : 4);
+    return nb__zoo_container(&block_funcs, names, k, proj ? 5 : 4);
 }
 
 static nb_tensor *resnet_forward(nb_module *self, nb_tensor *x)
@@ -171,7 +167,7 @@ static const nb_module_funcs resnet_funcs = {"ResNet", resnet_forward, NULL};
 static nb_module *resnet(int n, int64_t c, int64_t classes, const nb_tensor_params *p)
 {
     static const char *const names[6] = {"conv1", "bn1", "layer1", "layer2", "layer3", "fc"};
-    nb_module *k[6] = {conv(c, 16, 3, 1, 1, false, p), nb_batch_norm2d_module(16, p), NULL, NULL, NULL,
+    nb_module *k[6] = {nb__zoo_conv(c, 16, 3, 1, 1, false, p), nb_batch_norm2d_module(16, p), NULL, NULL, NULL,
                        nb_linear_module(64, classes, true, p)};
     int64_t cin = 16;
     for (int s = 0; s < 3; s++) {
@@ -183,7 +179,7 @@ static nb_module *resnet(int n, int64_t c, int64_t classes, const nb_tensor_para
         }
         k[2 + s] = nb_sequential(blocks, n);
     }
-    return container(&resnet_funcs, names, k, 6);
+    return nb__zoo_container(&resnet_funcs, names, k, 6);
 }
 
 nb_module *nb_model_create(const char *name, int64_t in_channels, int64_t height, int64_t width,

@@ -5,12 +5,12 @@
  * fcn-s:     Sequential(Flatten, Linear(C*H*W, 2048), Sigmoid, Linear(2048, 2048), Sigmoid,
  *            Linear(2048, 2048), Sigmoid, Linear(2048, classes)); spec 1x1x26752 -> 26752.
  * fcn-r:     the same with hidden sizes 2048, 4096, 1024; spec 1x28x28 -> 10.
- * alexnet-s: features: conv(C,96,11,s4,p2) ReLU maxpool3/2 conv(96,256,5,p2) ReLU maxpool3/2
- *            conv(256,384,3,p1) ReLU conv(384,384,3,p1) ReLU conv(384,256,3,p1) ReLU maxpool3/2;
+ * alexnet-s: features: nb__zoo_conv(C,96,11,s4,p2) ReLU maxpool3/2 nb__zoo_conv(96,256,5,p2) ReLU maxpool3/2
+ *            nb__zoo_conv(256,384,3,p1) ReLU nb__zoo_conv(384,384,3,p1) ReLU nb__zoo_conv(384,256,3,p1) ReLU maxpool3/2;
  *            classifier: Flatten Linear(256*h*w, 4096) ReLU Linear(4096, 4096) ReLU
  *            Linear(4096, classes). At 224x224 pool5 gives 256x6x6; inputs from 63x63 on.
- * alexnet-r: features: conv(C,32,5,p2) maxpool3/2 ReLU conv(32,32,5,p2) ReLU maxpool3/2
- *            conv(32,64,5,p2) ReLU avgpool3/2 (all pools round down); classifier: Flatten
+ * alexnet-r: features: nb__zoo_conv(C,32,5,p2) maxpool3/2 ReLU nb__zoo_conv(32,32,5,p2) ReLU maxpool3/2
+ *            nb__zoo_conv(32,64,5,p2) ReLU avgpool3/2 (all pools round down); classifier: Flatten
  *            Linear(64*h*w, classes). At 32x32: 32 -> 15 -> 7 -> 3; inputs from 15x15 on.
  * resnet-50: torchvision's resnet50 (v1.5, fb.resnet.torch): conv7x7/2 BN ReLU maxpool3/2 p1,
  *            bottlenecks 3-4-6-3 (1x1, 3x3 with the stride, 1x1 x4; BN after each; ReLU after
@@ -26,43 +26,10 @@
 #include <string.h>
 
 #include "core/error_impl.h"
+#include "nn/models_impl.h"
 #include "nabla/layers.h"
 #include "nabla/models.h"
 #include "nabla/ops.h"
-
-/* Called by nb_model_create (models.c) after its argument checks. */
-nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,
-                             const nb_tensor_params *p, bool *known);
-
-static nb_module *conv(int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
-                       const nb_tensor_params *p)
-{
-    nb_conv2d_params cp = nb_conv2d_params_default();
-    cp.stride[0] = cp.stride[1] = stride;
-    cp.padding[0] = cp.padding[1] = pad;
-    return nb_conv2d_module(cin, cout, k, k, &cp, bias, p);
-}
-
-/* Registers kids[i] under names[i]; takes ownership of all, also on failure. */
-static nb_module *container(const nb_module_funcs *funcs, const char *const *names, nb_module **kids, int n)
-{
-    nb_module *m = nb_module_create(funcs, NULL);
-    for (int i = 0; i < n; i++) {
-        if (m && !kids[i]) {
-            nb_module_free(m);
-            m = NULL;
-        }
-        if (!m) {
-            nb_module_free(kids[i]);
-            continue;
-        }
-        if (nb_module_register_module(m, names[i], kids[i]) != NB_OK) {
-            nb_module_free(m);
-            m = NULL;
-        }
-    }
-    return m;
-}
 
 /* Output size of a conv or pool window that rounds down; 0 when the window does not fit. */
 static int64_t out_size(int64_t n, int64_t k, int64_t stride, int64_t pad)
@@ -105,7 +72,7 @@ static nb_module *two_part(nb_module *features, nb_module *classifier)
 {
     static const char *const names[2] = {"features", "classifier"};
     nb_module *kids[2] = {features, classifier};
-    return container(&net_funcs, names, kids, 2);
+    return nb__zoo_container(&net_funcs, names, kids, 2);
 }
 
 /* pool5's side for an alexnet-s input side n (0: too small). */
@@ -122,12 +89,12 @@ static nb_module *alexnet_s(int64_t c, int64_t h, int64_t w, int64_t classes, co
     if (oh < 1 || ow < 1)
         return nb__err_null(NB_ERR_SHAPE, "model alexnet-s: input %lldx%lld too small (needs at least 63x63)",
                             (long long)h, (long long)w);
-    nb_module *f[13] = {conv(c, 96, 11, 4, 2, true, p),    nb_relu_module(),
-                        nb_max_pool2d_module(3, 2, 0),     conv(96, 256, 5, 1, 2, true, p),
+    nb_module *f[13] = {nb__zoo_conv(c, 96, 11, 4, 2, true, p),    nb_relu_module(),
+                        nb_max_pool2d_module(3, 2, 0),     nb__zoo_conv(96, 256, 5, 1, 2, true, p),
                         nb_relu_module(),                  nb_max_pool2d_module(3, 2, 0),
-                        conv(256, 384, 3, 1, 1, true, p),  nb_relu_module(),
-                        conv(384, 384, 3, 1, 1, true, p),  nb_relu_module(),
-                        conv(384, 256, 3, 1, 1, true, p),  nb_relu_module(),
+                        nb__zoo_conv(256, 384, 3, 1, 1, true, p),  nb_relu_module(),
+                        nb__zoo_conv(384, 384, 3, 1, 1, true, p),  nb_relu_module(),
+                        nb__zoo_conv(384, 256, 3, 1, 1, true, p),  nb_relu_module(),
                         nb_max_pool2d_module(3, 2, 0)};
     nb_module *cl[6] = {nb_flatten_module(1, -1),          nb_linear_module(256 * oh * ow, 4096, true, p),
                         nb_relu_module(),                  nb_linear_module(4096, 4096, true, p),
@@ -148,9 +115,9 @@ static nb_module *alexnet_r(int64_t c, int64_t h, int64_t w, int64_t classes, co
     if (oh < 1 || ow < 1)
         return nb__err_null(NB_ERR_SHAPE, "model alexnet-r: input %lldx%lld too small (needs at least 15x15)",
                             (long long)h, (long long)w);
-    nb_module *f[9] = {conv(c, 32, 5, 1, 2, true, p),  nb_max_pool2d_module(3, 2, 0), nb_relu_module(),
-                       conv(32, 32, 5, 1, 2, true, p), nb_relu_module(),              nb_max_pool2d_module(3, 2, 0),
-                       conv(32, 64, 5, 1, 2, true, p), nb_relu_module(),              nb_avg_pool2d_module(3, 2, 0)};
+    nb_module *f[9] = {nb__zoo_conv(c, 32, 5, 1, 2, true, p),  nb_max_pool2d_module(3, 2, 0), nb_relu_module(),
+                       nb__zoo_conv(32, 32, 5, 1, 2, true, p), nb_relu_module(),              nb_max_pool2d_module(3, 2, 0),
+                       nb__zoo_conv(32, 64, 5, 1, 2, true, p), nb_relu_module(),              nb_avg_pool2d_module(3, 2, 0)};
     nb_module *cl[2] = {nb_flatten_module(1, -1), nb_linear_module(64 * oh * ow, classes, true, p)};
     return two_part(nb_sequential(f, 9), nb_sequential(cl, 2));
 }
@@ -180,16 +147,16 @@ static const nb_module_funcs bottleneck_funcs = {"Bottleneck", bottleneck_forwar
 static nb_module *bottleneck(int64_t cin, int64_t n, int64_t stride, const nb_tensor_params *p)
 {
     static const char *const names[7] = {"conv1", "bn1", "conv2", "bn2", "conv3", "bn3", "downsample"};
-    nb_module *k[7] = {conv(cin, n, 1, 1, 0, false, p),     nb_batch_norm2d_module(n, p),
-                       conv(n, n, 3, stride, 1, false, p),  nb_batch_norm2d_module(n, p),
-                       conv(n, 4 * n, 1, 1, 0, false, p),   nb_batch_norm2d_module(4 * n, p),
+    nb_module *k[7] = {nb__zoo_conv(cin, n, 1, 1, 0, false, p),     nb_batch_norm2d_module(n, p),
+                       nb__zoo_conv(n, n, 3, stride, 1, false, p),  nb_batch_norm2d_module(n, p),
+                       nb__zoo_conv(n, 4 * n, 1, 1, 0, false, p),   nb_batch_norm2d_module(4 * n, p),
                        NULL};
     bool proj = stride != 1 || cin != 4 * n;
     if (proj) {
-        nb_module *d[2] = {conv(cin, 4 * n, 1, stride, 0, false, p), nb_batch_norm2d_module(4 * n, p)};
+        nb_module *d[2] = {nb__zoo_conv(cin, 4 * n, 1, stride, 0, false, p), nb_batch_norm2d_module(4 * n, p)};
         k[6] = nb_sequential(d, 2);
     }
-    return container(&bottleneck_funcs, names, k, proj ? 7 : 6);
+    return nb__zoo_container(&bottleneck_funcs, names, k, proj ? 7 : 6);
 }
 
 /* conv1 BN ReLU [maxpool] layer1..layerN, global average pool, fc (both ResNets). */
@@ -214,7 +181,7 @@ static nb_module *resnet50(int64_t c, int64_t classes, const nb_tensor_params *p
 {
     static const char *const names[7] = {"conv1", "bn1", "layer1", "layer2", "layer3", "layer4", "fc"};
     static const int blocks[4] = {3, 4, 6, 3};
-    nb_module *k[7] = {conv(c, 64, 7, 2, 3, false, p), nb_batch_norm2d_module(64, p), NULL, NULL, NULL, NULL,
+    nb_module *k[7] = {nb__zoo_conv(c, 64, 7, 2, 3, false, p), nb_batch_norm2d_module(64, p), NULL, NULL, NULL, NULL,
                        nb_linear_module(2048, classes, true, p)};
     int64_t cin = 64;
     for (int s = 0; s < 4; s++) {
@@ -226,7 +193,7 @@ static nb_module *resnet50(int64_t c, int64_t classes, const nb_tensor_params *p
         }
         k[2 + s] = nb_sequential(b, blocks[s]);
     }
-    return container(&resnet50_funcs, names, k, 7);
+    return nb__zoo_container(&resnet50_funcs, names, k, 7);
 }
 
 /* ---- ResNet-56 (DLBench's Torch variant) ----------------------------------------------------- */
@@ -267,9 +234,9 @@ static const nb_module_funcs block_a_funcs = {"BlockA", block_a_forward, NULL};
 static nb_module *block_a(int64_t cin, int64_t cout, int64_t stride, const nb_tensor_params *p)
 {
     static const char *const names[4] = {"conv1", "bn1", "conv2", "bn2"};
-    nb_module *k[4] = {conv(cin, cout, 3, stride, 1, true, p), nb_batch_norm2d_module(cout, p),
-                       conv(cout, cout, 3, 1, 1, true, p), nb_batch_norm2d_module(cout, p)};
-    return container(&block_a_funcs, names, k, 4);
+    nb_module *k[4] = {nb__zoo_conv(cin, cout, 3, stride, 1, true, p), nb_batch_norm2d_module(cout, p),
+                       nb__zoo_conv(cout, cout, 3, 1, 1, true, p), nb_batch_norm2d_module(cout, p)};
+    return nb__zoo_container(&block_a_funcs, names, k, 4);
 }
 
 static nb_tensor *resnet56_forward(nb_module *self, nb_tensor *x) { return resnet_forward(self, x, 3, false); }
@@ -279,7 +246,7 @@ static const nb_module_funcs resnet56_funcs = {"ResNet56", resnet56_forward, NUL
 static nb_module *resnet56a(int64_t c, int64_t classes, const nb_tensor_params *p)
 {
     static const char *const names[6] = {"conv1", "bn1", "layer1", "layer2", "layer3", "fc"};
-    nb_module *k[6] = {conv(c, 16, 3, 1, 1, true, p), nb_batch_norm2d_module(16, p), NULL, NULL, NULL,
+    nb_module *k[6] = {nb__zoo_conv(c, 16, 3, 1, 1, true, p), nb_batch_norm2d_module(16, p), NULL, NULL, NULL,
                        nb_linear_module(64, classes, true, p)};
     int64_t cin = 16;
     for (int s = 0; s < 3; s++) {
@@ -291,7 +258,7 @@ static nb_module *resnet56a(int64_t c, int64_t classes, const nb_tensor_params *
         }
         k[2 + s] = nb_sequential(b, 9);
     }
-    return container(&resnet56_funcs, names, k, 6);
+    return nb__zoo_container(&resnet56_funcs, names, k, 6);
 }
 
 nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,

@@ -149,6 +149,20 @@ static conv_key key_of(int dir, int dev, const nb_tensor *x, const nb_tensor *w,
 
 /* ---- the three directions ----------------------------------------------------------------------- */
 
+/* cuDNN's alpha = 1 and beta = 0 in the type the data type asks for (double for float64). */
+static const double k_one = 1, k_zero = 0;
+static const float k_onef = 1, k_zerof = 0;
+#define ALPHA(dt) ((dt) == NB_FLOAT64 ? (const void *)&k_one : (const void *)&k_onef)
+#define BETA(dt) ((dt) == NB_FLOAT64 ? (const void *)&k_zero : (const void *)&k_zerof)
+
+/* The workspace of wsz bytes from the caching allocator (NULL for 0 bytes). */
+static nb_status workspace(int dev, size_t wsz, void **ws)
+{
+    *ws = NULL;
+    if (wsz && !(*ws = nb__cuda_alloc(dev, wsz))) return nb_last_status();
+    return NB_OK;
+}
+
 static nb_status forward(cudnnHandle_t h, int dev, const nb_kargs *a)
 {
     const nb_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
@@ -169,14 +183,8 @@ static nb_status forward(cudnnHandle_t h, int dev, const nb_kargs *a)
     }
     DNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)algo, &wsz),
             "conv2d");
-    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
-        st = nb_last_status();
-        goto done;
-    }
-    double one = 1, zero = 0;
-    float onef = 1, zerof = 0;
-    const void *al = x->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
-    const void *be = x->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    const void *al = ALPHA(x->dtype), *be = BETA(x->dtype);
     DNN_TRY(cudnnConvolutionForward(h, al, d.x, nb__data(x), d.w, nb__data(w), d.conv, (cudnnConvolutionFwdAlgo_t)algo,
                                     ws, wsz, be, d.y, nb__data(y)),
             "conv2d");
@@ -209,14 +217,8 @@ static nb_status backward_input(cudnnHandle_t h, int dev, const nb_kargs *a)
     DNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)algo,
                                                          &wsz),
             "conv2d backward");
-    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
-        st = nb_last_status();
-        goto done;
-    }
-    double one = 1, zero = 0;
-    float onef = 1, zerof = 0;
-    const void *al = gx->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
-    const void *be = gx->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    const void *al = ALPHA(gx->dtype), *be = BETA(gx->dtype);
     DNN_TRY(cudnnConvolutionBackwardData(h, al, d.w, nb__data(w), d.y, nb__data(g), d.conv,
                                          (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsz, be, d.x, nb__data(gx)),
             "conv2d backward");
@@ -247,14 +249,8 @@ static nb_status backward_weight(cudnnHandle_t h, int dev, const nb_kargs *a)
     DNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w,
                                                            (cudnnConvolutionBwdFilterAlgo_t)algo, &wsz),
             "conv2d backward");
-    if (wsz && !(ws = nb__cuda_alloc(dev, wsz))) {
-        st = nb_last_status();
-        goto done;
-    }
-    double one = 1, zero = 0;
-    float onef = 1, zerof = 0;
-    const void *al = x->dtype == NB_FLOAT64 ? (const void *)&one : (const void *)&onef;
-    const void *be = x->dtype == NB_FLOAT64 ? (const void *)&zero : (const void *)&zerof;
+    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    const void *al = ALPHA(x->dtype), *be = BETA(x->dtype);
     DNN_TRY(cudnnConvolutionBackwardFilter(h, al, d.x, nb__data(x), d.y, nb__data(g), d.conv,
                                            (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsz, be, d.w, nb__data(gw)),
             "conv2d backward");

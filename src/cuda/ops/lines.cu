@@ -4,22 +4,13 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/kernels.h"
+#include "cuda/ops/common.cuh"
 
 namespace {
 
 enum { F32 = 0, F64, I64, I32, U8, BOOL };
 constexpr int THREADS = 256;
 
-__device__ __forceinline__ int64_t line_base(int64_t l, const nb_cuda_lines &p, int op)
-{
-    int64_t off = 0;
-    for (int k = p.nd - 1; k >= 0; k--) {
-        off += (l % p.shape[k]) * p.st[op][k];
-        l /= p.shape[k];
-    }
-    return off;
-}
 
 __device__ double block_reduce(double v, double *sh, bool is_max)
 {
@@ -41,8 +32,8 @@ template <typename T> __global__ void softmax_fwd(nb_cuda_lines p, bool log_form
 {
     __shared__ double sh[THREADS];
     for (int64_t l = blockIdx.x; l < p.n; l += gridDim.x) {
-        T *o = (T *)p.data[0] + line_base(l, p, 0);
-        const T *x = (const T *)p.data[1] + line_base(l, p, 1);
+        T *o = (T *)p.data[0] + nb_line_offset(l, p, 0);
+        const T *x = (const T *)p.data[1] + nb_line_offset(l, p, 1);
         double m = -INFINITY;
         for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
             double v = x[j * p.sd[1]];
@@ -65,8 +56,8 @@ template <typename T> __global__ void softmax_bwd(nb_cuda_lines p, bool log_form
 {
     __shared__ double sh[THREADS];
     for (int64_t l = blockIdx.x; l < p.n; l += gridDim.x) {
-        T *o = (T *)p.data[0] + line_base(l, p, 0);
-        const T *g = (const T *)p.data[1] + line_base(l, p, 1), *y = (const T *)p.data[2] + line_base(l, p, 2);
+        T *o = (T *)p.data[0] + nb_line_offset(l, p, 0);
+        const T *g = (const T *)p.data[1] + nb_line_offset(l, p, 1), *y = (const T *)p.data[2] + nb_line_offset(l, p, 2);
         double s = 0;
         for (int64_t j = threadIdx.x; j < p.D; j += blockDim.x) {
             double gv = g[j * p.sd[1]];
@@ -83,8 +74,8 @@ template <typename T> __global__ void softmax_bwd(nb_cuda_lines p, bool log_form
 template <typename TI, typename TO, typename ACC> __global__ void cumsum_kernel(nb_cuda_lines p, bool reverse)
 {
     for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < p.n; l += (int64_t)gridDim.x * blockDim.x) {
-        TO *o = (TO *)p.data[0] + line_base(l, p, 0);
-        const TI *x = (const TI *)p.data[1] + line_base(l, p, 1);
+        TO *o = (TO *)p.data[0] + nb_line_offset(l, p, 0);
+        const TI *x = (const TI *)p.data[1] + nb_line_offset(l, p, 1);
         ACC acc = 0;
         for (int64_t k = 0; k < p.D; k++) {
             int64_t j = reverse ? p.D - 1 - k : k;

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/kernels.h"
+#include "cuda/ops/common.cuh"
 
 namespace {
 
@@ -84,18 +84,6 @@ template <typename T> __global__ void mean_bwd(nb_cuda_pool g, bool adaptive, co
     }
 }
 
-__device__ double block_sum(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 // [N, C, S]: element (i, c, j) at (i C + c) S + j; k runs over the channel's N S elements
 #define CH_AT(k) (((k) / s) * c_count + c) * s + (k) % s
@@ -111,13 +99,13 @@ __global__ void bn_fwd(int64_t n, int64_t c_count, int64_t s, const T *x, const 
         if (training) {
             double sum = 0;
             for (int64_t k = threadIdx.x; k < m; k += blockDim.x) sum += x[CH_AT(k)];
-            mean = block_sum(sum, sh) / (double)m;
+            mean = nb_block_sum(sum, sh) / (double)m;
             double sq = 0;
             for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
                 double d = x[CH_AT(k)] - mean;
                 sq += d * d;
             }
-            var = block_sum(sq, sh) / (double)m;
+            var = nb_block_sum(sq, sh) / (double)m;
             if (threadIdx.x == 0) stats[c] = (T)mean, stats[c_count + c] = (T)var;
         }
         double scale = (w ? (double)w[c] : 1) / sqrt(var + eps), shift = (b ? (double)b[c] : 0) - mean * scale;
@@ -142,8 +130,8 @@ __global__ void bn_bwd(int64_t n, int64_t c_count, int64_t s, const T *g, const 
             sg += gv;
             sgx += gv * ((double)x[CH_AT(k)] - mean);
         }
-        sg = block_sum(sg, sh);
-        sgx = block_sum(sgx, sh);
+        sg = nb_block_sum(sg, sh);
+        sgx = nb_block_sum(sgx, sh);
         if (threadIdx.x == 0) gwb[c] = (T)(sgx * invstd), gwb[c_count + c] = (T)sg;
         if (!gx) continue;
         double kk = w * invstd, bx = 0, c0 = 0;

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/kernels.h"
+#include "cuda/ops/common.cuh"
 
 namespace {
 
@@ -38,19 +38,6 @@ __device__ __forceinline__ int64_t offset(int64_t i, int n, const int64_t *sizes
     return off;
 }
 
-// Block-wide sums: every thread gets the total.
-__device__ double block_sum(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 __device__ int64_t block_sum_i(int64_t v, long long *sh, bool product)
 {
@@ -163,7 +150,7 @@ __global__ void reduce_kernel(int op, const T *in, nb_cuda_reduce_plan p, double
             }
             res_int = is_int;
             if (is_int) iv = block_sum_i(si, shi, false);
-            else d = block_sum(sd, shd);
+            else d = nb_block_sum(sd, shd);
             if (op == NB_CUDA_OP_MEAN) d /= (double)n;
             break;
         }
@@ -213,13 +200,13 @@ __global__ void reduce_kernel(int op, const T *in, nb_cuda_reduce_plan p, double
         case NB_CUDA_OP_VAR: {
             double s = 0;
             for (int64_t r = threadIdx.x; r < n; r += blockDim.x) s += ld_d(b, offset(r, p.nr, p.rsize, p.rin));
-            double mean = block_sum(s, shd) / (double)n, ss = 0;
+            double mean = nb_block_sum(s, shd) / (double)n, ss = 0;
             for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
                 double dv = ld_d(b, offset(r, p.nr, p.rsize, p.rin)) - mean;
                 ss += dv * dv;
             }
             double dof = (double)n - (double)i0;
-            d = block_sum(ss, shd) / (dof > 0 ? dof : 0);
+            d = nb_block_sum(ss, shd) / (dof > 0 ? dof : 0);
             if (flag) d = sqrt(d);
             break;
         }
@@ -232,7 +219,7 @@ __global__ void reduce_kernel(int op, const T *in, nb_cuda_reduce_plan p, double
             e = block_ext(e, false, 1, shd, shi, shx);
             double m = e.idx < 0 ? -INFINITY : e.d, shift = isinf(m) ? 0 : m, s = 0;
             for (int64_t r = threadIdx.x; r < n; r += blockDim.x) s += exp(ld_d(b, offset(r, p.nr, p.rsize, p.rin)) - shift);
-            d = log(block_sum(s, shd)) + shift;
+            d = log(nb_block_sum(s, shd)) + shift;
             break;
         }
         default: { // NORM, s0 = p
@@ -251,7 +238,7 @@ __global__ void reduce_kernel(int op, const T *in, nb_cuda_reduce_plan p, double
                     double v = fabs(ld_d(b, offset(r, p.nr, p.rsize, p.rin)));
                     s += pn == 0 ? (v != 0) : pn == 1 ? v : pn == 2 ? v * v : pow(v, pn);
                 }
-                s = block_sum(s, shd);
+                s = nb_block_sum(s, shd);
                 d = pn == 0 || pn == 1 ? s : pn == 2 ? sqrt(s) : pow(s, 1 / pn);
             }
             break;

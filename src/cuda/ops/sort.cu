@@ -7,21 +7,12 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda/kernels.h"
+#include "cuda/ops/common.cuh"
 
 namespace {
 
 enum { F32 = 0, F64, I64, I32, U8, BOOL };
 
-__device__ __forceinline__ int64_t line_off(int64_t l, const nb_cuda_lines &p, int k)
-{
-    int64_t off = 0;
-    for (int d = p.nd - 1; d >= 0; d--) {
-        off += (l % p.shape[d]) * p.st[k][d];
-        l /= p.shape[d];
-    }
-    return off;
-}
 
 // an unsigned key in the order of the values, NaN (any sign, any payload) above +inf
 __device__ __forceinline__ uint64_t key_of(const void *base, int dtype, int64_t off)
@@ -50,7 +41,7 @@ __global__ void make_keys(nb_cuda_lines p, int dtype, uint64_t *keys, int64_t *p
     int64_t total = p.n * p.D;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t l = i / p.D, j = i % p.D;
-        keys[i] = key_of(p.data[1], dtype, line_off(l, p, 1) + j * p.sd[1]);
+        keys[i] = key_of(p.data[1], dtype, nb_line_offset(l, p, 1) + j * p.sd[1]);
         pos[i] = j;
         if (j == 0) offsets[l] = (int)i;
         if (i == total - 1) offsets[p.n] = (int)total;
@@ -63,13 +54,13 @@ __global__ void gather(nb_cuda_lines p, int64_t m, int es, const int64_t *pos)
     int64_t total = p.n * m;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t l = i / m, j = i % m, src = pos[l * p.D + j];
-        int64_t so = line_off(l, p, 1) + src * p.sd[1], oo = line_off(l, p, 0) + j * p.sd[0];
+        int64_t so = nb_line_offset(l, p, 1) + src * p.sd[1], oo = nb_line_offset(l, p, 0) + j * p.sd[0];
         switch (es) {
         case 1: ((uint8_t *)p.data[0])[oo] = ((const uint8_t *)p.data[1])[so]; break;
         case 4: ((uint32_t *)p.data[0])[oo] = ((const uint32_t *)p.data[1])[so]; break;
         default: ((uint64_t *)p.data[0])[oo] = ((const uint64_t *)p.data[1])[so]; break;
         }
-        ((int64_t *)p.data[2])[line_off(l, p, 2) + j * p.sd[2]] = src;
+        ((int64_t *)p.data[2])[nb_line_offset(l, p, 2) + j * p.sd[2]] = src;
     }
 }
 

@@ -1,0 +1,20 @@
+/* Internal: helpers shared by the model zoo's files (models.c, models_dlbench.c). */
+#ifndef NB_MODELS_IMPL_H
+#define NB_MODELS_IMPL_H
+
+#include <stdbool.h>
+
+#include "nabla/module.h"
+
+/* A square k x k Conv2d module with equal stride and padding on both axes. */
+nb_module *nb__zoo_conv(int64_t cin, int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
+                        const nb_tensor_params *p);
+/* A module of type funcs with kids[i] registered under names[i]; takes ownership of every kid,
+ * also on failure (NULL, with the error of the first failure). */
+nb_module *nb__zoo_container(const nb_module_funcs *funcs, const char *const *names, nb_module **kids, int n);
+/* The DLBench networks (models_dlbench.c), called by nb_model_create after its argument checks;
+ * *known is false when name is not one of them. */
+nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,
+                             const nb_tensor_params *p, bool *known);
+
+#endif
