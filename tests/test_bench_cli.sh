@@ -153,5 +153,38 @@ else
     expect 2 'bench: device_parse\|bench: device cuda:0' "$nabla" bench --model cnn --device cuda
 fi
 
+# ---- --data real: the loader's batches (a tiny CIFAR-10 made here; Fashion-MNIST when installed) ----
+expect 2 'bench: unknown --data "bogus" (expected synthetic or real)' "$nabla" bench --model cnn --data bogus
+mkdir -p cifar
+python3 - cifar <<'PY'
+import os, random, sys
+random.seed(3)
+for i in range(1, 6):  # CIFAR-10's binary batches: a label byte, then 3x32x32 pixel bytes, per record
+    with open(os.path.join(sys.argv[1], f"data_batch_{i}.bin"), "wb") as f:
+        for _ in range(4):
+            f.write(bytes([random.randrange(10)] + [random.randrange(256) for _ in range(3072)]))
+PY
+if "$nabla" bench --model resnet20,alexnet-r --data real --data-dir cifar --threads 1 "${tinier[@]}" --format json \
+    > r.txt 2> r.err && python3 - r.txt <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [r["model"] for r in rows] == ["resnet20", "alexnet-r"], rows
+for r in rows:
+    assert r.get("median_s", 0) > 0 and r.get("error") is None, r
+print("real CIFAR-10 batches:", ", ".join(f'{r["model"]} {r["median_s"]:.4f} s' for r in rows))
+PY
+then pass "--data real on CIFAR-10"; else fail "--data real on CIFAR-10: $(cat r.err r.txt | head -c 400)"; fi
+"$nabla" bench --model resnet-56,lstm --data real --threads 1 "${tinier[@]}" --format json > r2.txt 2>&1
+if grep -q '"resnet-56: --data real needs --data-dir with the CIFAR-10 binary batches"' r2.txt &&
+   grep -q '"lstm: --data real needs the Penn Treebank' r2.txt; then pass "--data real: rows it cannot run say why"
+else fail "--data real errors: $(head -c 400 r2.txt)"; fi
+fm=/usr/share/datasets/fashion-mnist
+if [[ -e $fm/train-images-idx3-ubyte.gz || -e $fm/train-images-idx3-ubyte ]]; then
+    if "$nabla" bench --model fcn-r --data real --threads 1 "${tinier[@]}" --format json > r3.txt 2> r3.err &&
+       grep -q '"median_s"' r3.txt; then pass "--data real on Fashion-MNIST"; else fail "fcn-r real: $(cat r3.err r3.txt)"; fi
+else
+    echo "ok: (not checked) Fashion-MNIST is not installed in $fm"
+fi
+
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

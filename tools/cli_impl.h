@@ -16,6 +16,7 @@ typedef struct cli_opts {
     const char *model, *data, *data_dir, *optimizer, *device;
     const char *schedule; /* train: "none" or "cosine" (per-step annealing to 0) */
     bool schedule_given;
+    bool data_given, data_dir_given; /* bench: --data synthetic|real, and where the data is */
     const char *save, *resume, *metrics, *load;
     const char *format;      /* bench: table | csv | json */
     const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */

@@ -12,7 +12,12 @@
  * process's peak resident set (getrusage ru_maxrss: the whole process so far, model building
  * included) and nabla's allocator peak (nb_memory_stats peak_allocated, same caveat).
  * "sgemm" is no network: one 2048x2048x2048 float32 matmul per iteration, the machine's GEMM
- * ceiling for the GFLOP/s fractions bench/dlbench/compare.sh prints. */
+ * ceiling for the GFLOP/s fractions bench/dlbench/compare.sh prints.
+ * --data real (DLBench's "-R" runs): fcn-r and cnn read Fashion-MNIST, alexnet-r, resnet-56 and
+ * resnet20 CIFAR-10 (its binary batches in --data-dir), through nabla's data loader (shuffled,
+ * normalised, prefetched, drop_last), and each timed iteration includes taking its batch from the
+ * loader, as the study's real-data runs include each tool's input pipeline. The "-S" networks
+ * stay synthetic by definition; the LSTM's PTB has no reader yet (an error for that row). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +86,8 @@ typedef struct bench_net {
     int n_params;
     nb_tensor *x, *y; /* sgemm: the two operands */
     int64_t batch;
+    nb_dataset *ds;   /* --data real */
+    nb_data_loader *loader;
 } bench_net;
 
 static bool is_lstm(const bench_spec *s) { return !s->zoo; }
@@ -158,6 +165,8 @@ static int setup(bench *b)
 
 static void net_free(bench_net *n)
 {
+    nb_data_loader_free(n->loader);
+    nb_dataset_free(n->ds);
     nb_optim_free(n->opt);
     nb_module_free(n->m);
     free(n->params);
@@ -226,10 +235,72 @@ static nb_status make_data(bench_net *n, nb_generator *g, nb_device dev)
     return n->x && n->y ? NB_OK : nb_last_status();
 }
 
+/* A failure of the bench itself (not of a nabla call) for the current row. */
+static char g_err[128];
+
+/* --data real: the data set of n's network and its loader; false with the reason in err. The
+ * "-S" networks keep their synthetic batch. */
+static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_device dev, char *err, size_t cap)
+{
+    const bench_spec *s = n->s;
+    bool fashion = !strcmp(s->name, "fcn-r") || !strcmp(s->name, "cnn");
+    bool cifar = !strcmp(s->name, "alexnet-r") || !strcmp(s->name, "resnet-56") || !strcmp(s->name, "resnet20");
+    if (is_lstm(s)) {
+        snprintf(err, cap, "%s: --data real needs the Penn Treebank, which nabla has no reader for yet", s->name);
+        return false;
+    }
+    if (!fashion && !cifar) return true;
+    const char *dir = o->data_dir_given ? o->data_dir : fashion ? CLI_DEFAULT_DATA_DIR : NULL;
+    if (!dir) {
+        snprintf(err, cap, "%s: --data real needs --data-dir with the CIFAR-10 binary batches", s->name);
+        return false;
+    }
+    n->ds = fashion ? nb_dataset_fashion_mnist(dir, true) : nb_dataset_cifar10(dir, true);
+    if (n->ds && nb_dataset_size(n->ds) < n->batch) {
+        snprintf(err, cap, "%s: the data set has %lld samples, fewer than a batch of %lld", s->name,
+                 (long long)nb_dataset_size(n->ds), (long long)n->batch);
+        return false;
+    }
+    nb_data_loader_params p = nb_data_loader_params_default();
+    p.batch_size = n->batch;
+    p.shuffle = true;
+    p.seed = seed;
+    p.drop_last = true;
+    p.device = dev;
+    p.norm_channels = fashion ? 1 : 3;
+    const float fm[1] = {0.2860f}, fs[1] = {0.3530f}, cm[3] = {0.4914f, 0.4822f, 0.4465f},
+                cs[3] = {0.2470f, 0.2435f, 0.2616f};
+    for (int c = 0; c < p.norm_channels; c++) p.mean[c] = fashion ? fm[c] : cm[c], p.std[c] = fashion ? fs[c] : cs[c];
+    if (!n->ds || !(n->loader = nb_data_loader_create(n->ds, &p))) {
+        snprintf(err, cap, "%s: %s", s->name, nb_last_error());
+        return false;
+    }
+    return true;
+}
+
+/* The next real batch into n->x, n->y, starting a new epoch at the end of one. */
+static nb_status next_batch(bench_net *n)
+{
+    bool done = false;
+    nb_tensor *x = NULL, *y = NULL;
+    nb_status st = nb_data_loader_next(n->loader, &x, &y, &done);
+    if (st == NB_OK && done) st = nb_data_loader_next(n->loader, &x, &y, &done);
+    if (st != NB_OK) return st;
+    if (done) { /* cannot happen: make_loader checked there is a whole batch */
+        snprintf(g_err, sizeof g_err, "the loader gave no batch");
+        return NB_ERR_INTERNAL;
+    }
+    nb_tensor_free(n->x);
+    nb_tensor_free(n->y);
+    n->x = nb_tensor_retain(x);
+    n->y = nb_tensor_retain(y);
+    return NB_OK;
+}
+
 /* Builds the model (on the CPU, from seed; then moved to dev), its optimizer and the batch. On
  * failure writes the reason to err and returns false. */
-static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t seed, nb_device dev, char *err,
-                     size_t cap)
+static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t seed, nb_device dev, const cli_opts *o,
+                     char *err, size_t cap)
 {
     *n = (bench_net){.s = s, .batch = batch};
     nb_manual_seed(seed); /* dropout (cnn) draws from the default generator */
@@ -250,6 +321,10 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t 
         if (ok) nb_module_train(n->m, true);
     }
     ok = ok && make_data(n, g, dev) == NB_OK;
+    if (ok && o->data_given && !strcmp(o->data, "real")) {
+        nb_generator_free(g);
+        return make_loader(n, o, seed, dev, err, cap);
+    }
     if (!ok) snprintf(err, cap, "%s: %s", s->name, nb_last_error());
     nb_generator_free(g);
     return ok;
@@ -268,7 +343,8 @@ static nb_status iterate(bench_net *n, nb_device dev, double *loss_out)
         nb_scope_end(sc);
         return st;
     }
-    st = nb_optim_zero_grad(n->opt);
+    if (n->loader) st = next_batch(n);
+    if (st == NB_OK) st = nb_optim_zero_grad(n->opt);
     nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, n->x) : NULL, *y = n->y;
     if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
         int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};
@@ -335,7 +411,8 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     nb_cuda_event_free(e0);
     nb_cuda_event_free(e1);
     if (st != NB_OK) {
-        snprintf(r->err, sizeof r->err, "%s: %s", n->s->name, t ? nb_last_error() : "out of memory");
+        snprintf(r->err, sizeof r->err, "%s: %s", n->s->name,
+                 !t ? "out of memory" : g_err[0] ? g_err : nb_last_error());
     } else {
         qsort(t, (size_t)iters, sizeof *t, cmp_double);
         int k = (int)iters;
@@ -471,7 +548,7 @@ static bool run_model(bench *b, const bench_spec *s)
     bench_net n;
     char err[256] = "";
     int64_t batch = b->o.batch_size_given && !is_gemm(s) ? b->o.batch_size : s->batch;
-    bool built = net_init(&n, s, batch, b->o.seed, b->dev, err, sizeof err), all = built;
+    bool built = net_init(&n, s, batch, b->o.seed, b->dev, &b->o, err, sizeof err), all = built;
     for (int j = 0; j < b->n_threads; j++) {
         bench_result *r = &b->res[b->n_res++];
         if (built) time_net(b, &n, b->threads[j], r);
@@ -491,7 +568,7 @@ int cmd_bench(int argc, char **argv)
     bench *b = calloc(1, sizeof *b);
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
-                       "--model --device --threads --batch-size --warmup --iters --format --seed", &b->o);
+                       "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir", &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {
         if (!strcmp(b->o.format, "csv")) printf("%s\n", csv_header);

@@ -22,7 +22,9 @@ static const char *const usage_text =
     "        [--threads N]\n"
     "  info  the version, backends, devices and thread count\n"
     "  bench [--model a,b,...] [--device cpu|cuda[:N]|auto] [--threads 1,2,...] [--batch-size N]\n"
-    "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N]\n"
+    "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N] [--data synthetic|real]\n"
+    "        [--data-dir DIR]  (real: Fashion-MNIST for fcn-r and cnn, CIFAR-10 in DIR for\n"
+    "        alexnet-r, resnet-56 and resnet20)\n"
     "        times training iterations on synthetic data; models: fcn-s alexnet-s resnet-50 fcn-r\n"
     "        alexnet-r resnet-56 lstm (the default: all seven), cnn, resnet20, sgemm\n";
 
@@ -87,8 +89,13 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
     int64_t n = 0;
     int rc = CLI_OK;
     if (!strcmp(f, "--model")) o->model = v;
-    else if (!strcmp(f, "--data")) o->data = v;
-    else if (!strcmp(f, "--data-dir")) o->data_dir = v;
+    else if (!strcmp(f, "--data")) {
+        o->data = v;
+        o->data_given = true;
+    } else if (!strcmp(f, "--data-dir")) {
+        o->data_dir = v;
+        o->data_dir_given = true;
+    }
     else if (!strcmp(f, "--optimizer")) o->optimizer = v;
     else if (!strcmp(f, "--schedule")) {
         o->schedule = v;
@@ -146,7 +153,10 @@ int cli_parse(int argc, char **argv, int first, const char *cmd, const char *all
         return cli_fail(CLI_USAGE, "%s: unknown optimizer \"%s\" (expected sgd, adam or adamw)", cmd, o->optimizer);
     if (strcmp(o->schedule, "none") && strcmp(o->schedule, "cosine"))
         return cli_fail(CLI_USAGE, "%s: unknown schedule \"%s\" (expected none or cosine)", cmd, o->schedule);
-    if (strcmp(o->data, "fashion-mnist") && strcmp(o->data, "mnist"))
+    if (lists) { /* bench: synthetic or real inputs */
+        if (o->data_given && strcmp(o->data, "synthetic") && strcmp(o->data, "real"))
+            return cli_fail(CLI_USAGE, "%s: unknown --data \"%s\" (expected synthetic or real)", cmd, o->data);
+    } else if (strcmp(o->data, "fashion-mnist") && strcmp(o->data, "mnist"))
         return cli_fail(CLI_USAGE, "%s: unknown data set \"%s\" (expected fashion-mnist or mnist)", cmd, o->data);
     return CLI_OK;
 }

@@ -13,12 +13,16 @@
 # bench/dlbench/plot.py turns into a chart.
 #
 # usage: bench/dlbench/compare.sh [--model a,b,...] [--threads 1,2,...] [--iters N] [--warmup N]
-#                                 [--batch-size N] [--rounds N] [--results DIR] [--build-dir DIR]
+#                                 [--batch-size N] [--data synthetic|real] [--data-dir DIR]
+#                                 [--rounds N] [--results DIR] [--build-dir DIR]
 #                                 [--no-build] [--no-peak] [--plain-env]
 #   --model      networks (default: the seven DLBench ones: fcn-s,alexnet-s,resnet-50,fcn-r,
 #                alexnet-r,resnet-56,lstm; also cnn, resnet20)
 #   --threads    thread counts (default: 1 and the number of cores)
 #   --iters, --warmup, --batch-size   passed to both programs (defaults 10, 2, the spec's batch)
+#   --data real [--data-dir DIR]      real inputs through each side's own input pipeline:
+#                Fashion-MNIST for fcn-r and cnn, CIFAR-10 (binary batches in DIR) for alexnet-r,
+#                resnet-56 and resnet20 (default: synthetic)
 #   --rounds N   run every (network, threads) pair N times, alternating; each side's lowest
 #                median over the rounds is reported (the least disturbed; default 1)
 #   --results    where the raw results go (default build-bench/dlbench-results/<UTC time>)
@@ -38,6 +42,7 @@ threads="1,$ncpu"
 iters=10
 warmup=2
 batch=()
+data=()
 rounds=1
 results=""
 build_dir="$root/build-bench"
@@ -51,6 +56,8 @@ while [ $# -gt 0 ]; do
     --iters) iters="$2"; shift ;;
     --warmup) warmup="$2"; shift ;;
     --batch-size) batch=(--batch-size "$2"); shift ;;
+    --data) data+=(--data "$2"); shift ;;
+    --data-dir) data+=(--data-dir "$2"); shift ;;
     --rounds) rounds="$2"; shift ;;
     --results) results="$2"; shift ;;
     --build-dir) build_dir="$2"; shift ;;
@@ -107,12 +114,12 @@ run_env() { # threads, command...: the command with the benchmark environment
       "MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:--1}"
   fi
   echo "command: bench/dlbench/compare.sh --model $models --threads $threads --iters $iters --warmup $warmup" \
-    "${batch[*]} --rounds $rounds$([ "$plain" -eq 1 ] && echo ' --plain-env')"
+    "${batch[*]} ${data[*]} --rounds $rounds$([ "$plain" -eq 1 ] && echo ' --plain-env')"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$results/env.txt"
 cat "$results/env.txt" >&2
 
-common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" --format json)
+common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" "${data[@]}" --format json)
 status=0
 pair() { # model threads outfile-suffix
   local m=$1 t=$2 out=${3:-}

@@ -72,10 +72,45 @@ def quantile(v, q):
     return v[i] + (pos - i) * (v[i + 1] - v[i]) if i + 1 < len(v) else v[-1]
 
 
-class Net:
-    """The model, optimizer and synthetic batch of one network (all built once)."""
+FASHION = ("fcn-r", "cnn")
+CIFAR = ("alexnet-r", "resnet-56", "resnet20")
 
-    def __init__(self, name, batch, seed, device):
+
+def read_real(name, data_dir):
+    """--data real: the training set of `name` as float32 [N, C, H, W] in [0, 1] and int64 labels,
+    normalised per channel as nabla's loader does (Fashion-MNIST's IDX files, CIFAR-10's binary
+    batches)."""
+    import gzip
+    import numpy as np
+    if name in FASHION:
+        d = data_dir or "/usr/share/datasets/fashion-mnist"
+        def idx(stem):
+            for path, op in ((os.path.join(d, stem + ".gz"), gzip.open), (os.path.join(d, stem), open)):
+                if os.path.exists(path):
+                    with op(path, "rb") as f:
+                        return f.read()
+            raise FileNotFoundError(f"{stem} not in {d}")
+        img, lab = idx("train-images-idx3-ubyte"), idx("train-labels-idx1-ubyte")
+        x = np.frombuffer(img, np.uint8, offset=16).reshape(-1, 1, 28, 28)
+        y = np.frombuffer(lab, np.uint8, offset=8)
+        mean, std = [0.2860], [0.3530]
+    else:
+        if not data_dir:
+            raise ValueError("--data real needs --data-dir with the CIFAR-10 binary batches")
+        recs = b"".join(open(os.path.join(data_dir, f"data_batch_{i}.bin"), "rb").read() for i in range(1, 6))
+        a = np.frombuffer(recs, np.uint8).reshape(-1, 3073)
+        x, y = a[:, 1:].reshape(-1, 3, 32, 32), a[:, 0]
+        mean, std = [0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]
+    xt = torch.from_numpy(x.astype(np.float32) / 255.0)
+    m, s = torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+    return (xt - m) / s, torch.from_numpy(y.astype(np.int64))
+
+
+class Net:
+    """The model, optimizer and batch of one network (all built once; with --data real a
+    DataLoader over the training set gives each iteration's batch)."""
+
+    def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None):
         c, h, w, classes, _, _, opt, _ = SPECS[name]
         self.name, self.batch, self.device, self.state = name, batch, device, None
         torch.manual_seed(seed)
@@ -97,6 +132,14 @@ class Net:
             self.y = torch.randint(0, classes, (batch,), generator=g)
         self.model.to(device).train()
         self.x, self.y = self.x.to(device), self.y.to(device)
+        self.loader, self.it = None, None
+        if data == "real" and name == "lstm":
+            raise ValueError("--data real needs the Penn Treebank, which this benchmark has no reader for")
+        if data == "real" and name in FASHION + CIFAR:
+            xs, ys = read_real(name, data_dir)
+            self.loader = torch.utils.data.DataLoader(
+                torch.utils.data.TensorDataset(xs, ys), batch_size=batch, shuffle=True, drop_last=True,
+                generator=torch.Generator().manual_seed(seed))
         kind, lr, momentum, wd, nesterov, self.clip = opt
         ps = list(self.model.parameters())
         self.params = ps
@@ -117,6 +160,12 @@ class Net:
             torch.mm(self.x, self.y)
             self.sync()
             return 0.0
+        if self.loader is not None:  # the input pipeline is part of a real-data iteration
+            b = next(self.it, None) if self.it is not None else None
+            if b is None:
+                self.it = iter(self.loader)
+                b = next(self.it)
+            self.x, self.y = b[0].to(self.device), b[1].to(self.device)
         self.opt.zero_grad(set_to_none=True)
         if self.name == "lstm":
             out, state = self.model(self.x, self.state)
@@ -191,6 +240,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--format", default="json", choices=["json", "csv", "table"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", default="synthetic", choices=["synthetic", "real"])
+    ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     models = args.model.split(",")
     for m in models:
@@ -213,7 +264,7 @@ def main():
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
-            net = Net(name, batch, args.seed, device)
+            net = Net(name, batch, args.seed, device, args.data, args.data_dir)
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
