@@ -194,6 +194,12 @@ static void test_random(void **state)
     nb_tensor *ih = NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pi));
     nb_manual_seed(3);
     close_to(NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pid)), ih, 0, "randint");
+    /* dropout draws the same mask on both devices (rand < 1 - p on the GPU, bernoulli here) */
+    nb_tensor *xo = NBT_CHECK(nb_randn(shape, 2, NULL));
+    nb_manual_seed(11);
+    nb_tensor *dh = NBT_CHECK(nb_dropout(xo, 0.3, true, NULL));
+    nb_manual_seed(11);
+    close_to(NBT_CHECK(nb_dropout(cuda(xo), 0.3, true, NULL)), dh, 0, "dropout");
     nb_tensor_params pf = nb_tensor_params_default();
     pf.device = CUDA0;
     nb_tensor *bad = NBT_CHECK(nb_full(shape, 2, 1.5, &pf));

@@ -1,13 +1,16 @@
 /* Dropout (nabla/loss.h) as PyTorch computes it on the CPU: noise = bernoulli(1 - p) / (1 - p),
  * out = x * noise, so the gradient is noise (the mask scaled by 1 / (1 - p)) through nb_mul's
  * rule. The Bernoulli draw reads a 0-dim probability expanded to x's shape: no N-element
- * probability tensor is written. */
+ * probability tensor is written. On other devices the mask is rand < 1 - p: the same values
+ * from the same generator (bernoulli compares the same uniforms), without bernoulli's check of
+ * its probabilities, which would make the host wait for the device. */
 #include <math.h>
 
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
 #include "nabla/loss.h"
 #include "nabla/ops.h"
+#include "nabla/tensor.h"
 
 nb_tensor *nb_dropout(const nb_tensor *x, double p, bool training, nb_generator *generator)
 {
@@ -20,9 +23,17 @@ nb_tensor *nb_dropout(const nb_tensor *x, double p, bool training, nb_generator 
     if (p == 1.0) return nb_mul_scalar(x, 0.0);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    nb_tensor *q = nb_scalar_tensor(1.0 - p, &(nb_tensor_params){.dtype = x->dtype, .device = x->storage->device});
-    nb_tensor *probs = q ? nb_expand(q, x->shape, x->ndim) : NULL;
-    nb_tensor *mask = probs ? nb_bernoulli(probs, generator) : NULL;
+    nb_tensor *mask = NULL;
+    if (x->storage->device.type == NB_DEVICE_CPU) {
+        nb_tensor *q = nb_scalar_tensor(1.0 - p, &(nb_tensor_params){.dtype = x->dtype, .device = x->storage->device});
+        nb_tensor *probs = q ? nb_expand(q, x->shape, x->ndim) : NULL;
+        mask = probs ? nb_bernoulli(probs, generator) : NULL;
+    } else {
+        nb_tensor_params tp = {.dtype = x->dtype, .device = x->storage->device, .generator = generator};
+        nb_tensor *u = nb_rand(x->shape, x->ndim, &tp);
+        nb_tensor *keep = u ? nb_lt_scalar(u, 1.0 - p) : NULL;
+        mask = keep ? nb_to_dtype(keep, x->dtype) : NULL;
+    }
     nb_tensor *noise = mask ? nb_div_scalar(mask, 1.0 - p) : NULL;
     nb_tensor *out = noise ? nb_mul(x, noise) : NULL;
     return nb_scope_end_keep(s, out);
