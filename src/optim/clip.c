@@ -3,33 +3,54 @@
 
 #include "optim/optim_impl.h"
 
-/* sum |g|^p (or max |g| when p is infinite) over a contiguous tensor, in float64. On a device:
- * its norm op, read back (the one wait of clipping, as in PyTorch's clip_grad_norm_). NaN when the
- * norm cannot be computed (error set). */
+/* max that lets NaN win, as the total norm does */
+static double nan_max(double a, double b) { return a > b || isnan(a) ? a : b; }
+
+/* sum |g|^p (or max |g| when p is infinite) over a contiguous CPU tensor, in float64. */
 static double accumulate(const nb_tensor *g, double p)
 {
-    if (g->storage->device.type != NB_DEVICE_CPU) {
-        double v = NAN;
-        nb_tensor *t = nb_norm(g, p, NULL, 0, false);
-        if (!t || nb_item(t, &v) != NB_OK) return NAN;
-        return isinf(p) ? v : pow(v, p);
-    }
     int64_t n = nb__numel(g->shape, g->ndim);
     double acc = 0;
     if (g->dtype == NB_FLOAT32) {
         const float *x = (const float *)nb__data(g);
         for (int64_t i = 0; i < n; i++) {
             double a = fabs((double)x[i]);
-            acc = isinf(p) ? (a > acc || isnan(a) ? a : acc) : acc + (p == 2 ? a * a : pow(a, p));
+            acc = isinf(p) ? nan_max(a, acc) : acc + (p == 2 ? a * a : pow(a, p));
         }
     } else {
         const double *x = (const double *)nb__data(g);
         for (int64_t i = 0; i < n; i++) {
             double a = fabs(x[i]);
-            acc = isinf(p) ? (a > acc || isnan(a) ? a : acc) : acc + (p == 2 ? a * a : pow(a, p));
+            acc = isinf(p) ? nan_max(a, acc) : acc + (p == 2 ? a * a : pow(a, p));
         }
     }
     return acc;
+}
+
+/* The same for device gradients, left on the device: each device's sum |g|^p (or max) builds up
+ * in a float64 0-dim tensor, read back once per device after all gradients are queued (PyTorch's
+ * clip_grad_norm_ waits once too). */
+typedef struct dev_acc {
+    nb_device dev;
+    nb_tensor *acc; /* scope-owned */
+} dev_acc;
+
+static nb_status accumulate_on_device(const nb_tensor *g, double p, dev_acc *accs, int *n, int cap)
+{
+    nb_tensor *t = nb_norm(g, p, NULL, 0, false);
+    t = t ? nb_to_dtype(t, NB_FLOAT64) : NULL;
+    if (t && !isinf(p)) t = nb_pow_scalar(t, p);
+    if (!t) return nb_last_status();
+    int k = 0;
+    while (k < *n && !nb_device_equal(accs[k].dev, g->storage->device)) k++;
+    if (k == *n) {
+        if (k == cap) return nb__err(NB_ERR_UNSUPPORTED, "clip_grad_norm_: gradients on more than %d devices", cap);
+        accs[(*n)++] = (dev_acc){g->storage->device, t};
+        return NB_OK;
+    }
+    /* maximum propagates NaN, as the CPU path's max does */
+    accs[k].acc = isinf(p) ? nb_maximum(accs[k].acc, t) : nb_add(accs[k].acc, t);
+    return accs[k].acc ? NB_OK : nb_last_status();
 }
 
 static nb_status check_grads(const char *op, nb_tensor *const *params, int n)
@@ -56,6 +77,8 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
     bool prev = nb_set_grad_enabled(false);
     nb_scope *sc = nb_scope_begin();
     double total = 0;
+    dev_acc accs[16];
+    int naccs = 0;
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "%s: out of memory", op);
     for (int i = 0; i < n && st == NB_OK; i++) {
         if (!params[i]->grad) continue;
@@ -64,13 +87,17 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
             st = nb_last_status();
             break;
         }
-        nb_clear_error();
-        double a = accumulate(g, norm_type);
-        if (isnan(a) && nb_last_status() != NB_OK) {
-            st = nb_last_status();
-            break;
+        if (g->storage->device.type == NB_DEVICE_CPU) {
+            double a = accumulate(g, norm_type);
+            total = isinf(norm_type) ? nan_max(a, total) : total + a;
+        } else {
+            st = accumulate_on_device(g, norm_type, accs, &naccs, (int)(sizeof accs / sizeof *accs));
         }
-        total = isinf(norm_type) ? (a > total || isnan(a) ? a : total) : total + a;
+    }
+    for (int k = 0; k < naccs && st == NB_OK; k++) {
+        double a = 0;
+        st = nb_item(accs[k].acc, &a);
+        total = isinf(norm_type) ? nan_max(a, total) : total + a;
     }
     if (!isinf(norm_type)) total = norm_type == 2 ? sqrt(total) : pow(total, 1 / norm_type);
     double coef = max_norm / (total + 1e-6);
