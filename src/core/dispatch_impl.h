@@ -50,6 +50,13 @@ typedef struct nb_backend {
     nb_kernel_fn kernels[NB_OP_COUNT];
 } nb_backend;
 
+/* An integer clamp bound: the double bound limited to dt's range (so that -1 on uint8 is no
+ * bound rather than 255; an infinite bound is the type's limit). */
+int64_t nb__int_bound(double v, nb_dtype dt);
+/* The bits of value converted to dt, as C converts (to bool: != 0), in the low bytes of *bits;
+ * an NB_ERR_DTYPE error naming op for float16/bfloat16. */
+nb_status nb__value_bits(nb_op op, nb_dtype dt, double value, uint64_t *bits);
+
 /* The table of d's type, or NULL with an NB_ERR_DEVICE error when not built in or not present. */
 const nb_backend *nb__backend(nb_device d);
 /* Runs op's kernel on the device of a->out (or a->in[0] when there is no out). */

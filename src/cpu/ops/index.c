@@ -183,17 +183,6 @@ static void scatter_value_loop(char **p, const int64_t *s, int64_t n, void *vctx
     });
 }
 
-/* The bits of value converted to dt. */
-static nb_status value_bits(nb_op op, nb_dtype dt, double value, uint64_t *bits)
-{
-    *bits = 0;
-    NB_CPU_DISPATCH_ALL(dt, {
-        T v = (T)value;
-        memcpy(bits, &v, sizeof v);
-    });
-    return NB_OK;
-}
-
 #define ADD_LOOPS(T, name)                                                                       \
     /* INDEX_ADD, ops 0 = out, 1 = src */                                                        \
     static void index_add_##name(char **p, const int64_t *s, int64_t n, void *vctx)             \
@@ -335,7 +324,7 @@ static nb_status scatter(nb_op op, const nb_kargs *a)
     else if (!src) return nb__err(NB_ERR_INVALID_ARG, "scatter_add: no source tensor");
     NB_TRY(check_range(op, index, a->out->shape[dim], dim));
     walk_ctx c = {.k = index->shape[dim], .i32 = index->dtype == NB_INT32, .es = nb_dtype_size(a->out->dtype)};
-    if (!src) NB_TRY(value_bits(op, a->out->dtype, a->s0, &c.bits));
+    if (!src) NB_TRY(nb__value_bits(op, a->out->dtype, a->s0, &c.bits));
     const nb_tensor *ops[3] = {a->out, index, src};
     walk(index->shape, index->ndim, dim, src ? 3 : 2, ops, loop, &c);
     return NB_OK;
@@ -369,7 +358,7 @@ static nb_status masked_fill(nb_op op, const nb_kargs *a)
     if (a->in[0]->dtype != NB_BOOL)
         return nb__err(NB_ERR_DTYPE, "masked_fill: mask must be bool, got %s", nb_dtype_name(a->in[0]->dtype));
     fill_ctx c = {.es = nb_dtype_size(a->out->dtype)};
-    NB_TRY(value_bits(op, a->out->dtype, a->s0, &c.bits));
+    NB_TRY(nb__value_bits(op, a->out->dtype, a->s0, &c.bits));
     nb_cpu_iter it;
     nb_cpu_iter_elementwise(&it, a->out, &a->in[0], 1);
     nb_cpu_iter_run(&it, masked_fill_loop, &c, 0);

@@ -217,18 +217,6 @@ static const uloops *loops_for(nb_op op, int64_t i0)
     }
 }
 
-/* An integer clamp bound: the double bound limited to dt's range (so that -1 on uint8 is no
- * bound rather than 255; an infinite bound is the type's limit). */
-static int64_t int_bound(double v, nb_dtype dt)
-{
-    double lo = -9223372036854775808.0, hi = 9223372036854775808.0; /* -2^63, 2^63 */
-    if (dt == NB_INT32) lo = -2147483648.0, hi = 2147483647.0;
-    if (dt == NB_UINT8) lo = 0, hi = 255;
-    if (v < lo) return (int64_t)lo;
-    if (v >= hi) return dt == NB_INT64 ? INT64_MAX : (int64_t)hi;
-    return (int64_t)v;
-}
-
 nb_status nb_cpu_k_unary(nb_op op, const nb_kargs *a)
 {
     const uloops *l = loops_for(op, a->i0);
@@ -246,8 +234,8 @@ nb_status nb_cpu_k_unary(nb_op op, const nb_kargs *a)
                        nb_dtype_name(dt));
     uparams prm = {a->s0, a->s1, 0, 0};
     if (op == NB_OP_CLAMP && !nb_dtype_is_floating(dt)) {
-        prm.q0 = int_bound(a->s0, dt);
-        prm.q1 = int_bound(a->s1, dt);
+        prm.q0 = nb__int_bound(a->s0, dt);
+        prm.q1 = nb__int_bound(a->s1, dt);
     }
     /* transcendental functions cost 1-5 ns an element: worth a thread at a quarter of the grain
      * of a plain copy */

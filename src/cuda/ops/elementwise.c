@@ -35,16 +35,6 @@ nb_status nb_cuda_k_binary(nb_op op, const nb_kargs *a)
     return finish(nb_cuda_launch_binary(op, &o, &dx, y ? &dy : NULL, a->s0, n, s), op, prev);
 }
 
-static int64_t int_bound(double v, nb_dtype dt)
-{
-    double lo = -9223372036854775808.0, hi = 9223372036854775808.0; /* -2^63, 2^63 */
-    if (dt == NB_INT32) lo = -2147483648.0, hi = 2147483647.0;
-    if (dt == NB_UINT8) lo = 0, hi = 255;
-    if (v < lo) return (int64_t)lo;
-    if (v >= hi) return dt == NB_INT64 ? INT64_MAX : (int64_t)hi;
-    return (int64_t)v;
-}
-
 nb_status nb_cuda_k_unary(nb_op op, const nb_kargs *a)
 {
     const nb_tensor *x = a->in[0];
@@ -58,7 +48,7 @@ nb_status nb_cuda_k_unary(nb_op op, const nb_kargs *a)
     int dev = out->storage->device.index;
     int prev = nb__cuda_enter(dev);
     nb_cuda_desc o = nb__cuda_desc(out, out), dx = nb__cuda_desc(x, out);
-    int64_t q0 = is_float(dt) ? 0 : int_bound(a->s0, dt), q1 = is_float(dt) ? 0 : int_bound(a->s1, dt);
+    int64_t q0 = is_float(dt) ? 0 : nb__int_bound(a->s0, dt), q1 = is_float(dt) ? 0 : nb__int_bound(a->s1, dt);
     cudaError_t e = nb_cuda_launch_unary(op, &o, &dx, a->s0, a->s1, q0, q1, a->i0, n, nb__cuda_stream(dev)->handle);
     return finish(e, op, prev);
 }

@@ -42,21 +42,6 @@ static nb_status check_range(nb_op op, const nb_tensor *idx, int64_t size, int64
                    (long long)v, (long long)dim, (long long)size);
 }
 
-/* The bits of value converted to dt (the CPU's value_bits). */
-static nb_status value_bits(nb_op op, nb_dtype dt, double value, uint64_t *bits)
-{
-    *bits = 0;
-    switch (dt) {
-    case NB_FLOAT32: { float v = (float)value; memcpy(bits, &v, sizeof v); return NB_OK; }
-    case NB_FLOAT64: memcpy(bits, &value, sizeof value); return NB_OK;
-    case NB_INT64: { int64_t v = (int64_t)value; memcpy(bits, &v, sizeof v); return NB_OK; }
-    case NB_INT32: { int32_t v = (int32_t)value; memcpy(bits, &v, sizeof v); return NB_OK; }
-    case NB_UINT8: { uint8_t v = (uint8_t)value; memcpy(bits, &v, sizeof v); return NB_OK; }
-    case NB_BOOL: { bool v = value != 0; memcpy(bits, &v, sizeof v); return NB_OK; }
-    default: return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported on CUDA", nb__op_name(op), nb_dtype_name(dt));
-    }
-}
-
 static void set_strides(int64_t *dst, const nb_tensor *t, int ndim)
 {
     for (int k = 0; k < ndim; k++) dst[k] = t ? t->strides[k] : 0;
@@ -98,14 +83,14 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
         NB_TRY(check_range(op, idx, out->shape[dim], dim, dev, s));
         if (!src) {
             x.mode = NB_CUDA_INDEX_VALUE;
-            NB_TRY(value_bits(op, out->dtype, a->s0, &x.bits));
+            NB_TRY(nb__value_bits(op, out->dtype, a->s0, &x.bits));
         }
         x.sub_out = true;
         break;
     case NB_OP_MASKED_FILL: {
         shape_of = out;
         x.mode = NB_CUDA_INDEX_MASK;
-        NB_TRY(value_bits(op, out->dtype, a->s0, &x.bits));
+        NB_TRY(nb__value_bits(op, out->dtype, a->s0, &x.bits));
         nb_cuda_desc m = nb__cuda_desc(a->in[0], out); /* the mask broadcast to out's shape */
         x.idx = m.data;
         memcpy(x.st_idx, m.strides, sizeof x.st_idx);
