@@ -9,9 +9,6 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
-
-static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
 static nb_tensor *host(const nb_tensor *t) { return NBT_CHECK(nb_to(t, nb_cpu())); }
 
 /* Random values of dtype dt in [-scale, scale] (integers: truncated; bool: nonzero). */
@@ -22,13 +19,6 @@ static nb_tensor *rnd(const int64_t *shape, int nd, nb_dtype dt, double scale)
     nb_tensor *x = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_sub_scalar(NBT_CHECK(nb_rand(shape, nd, &p)), 0.5)), 2 * scale));
     if (dt == NB_UINT8) x = NBT_CHECK(nb_abs(x)); /* a negative double has no uint8 value */
     return NBT_CHECK(nb_to_dtype(x, dt));
-}
-
-static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
-{
-    nb_tensor *g = host(got_dev);
-    assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
-    nbt_assert_close(g, want, rtol, rtol, what);
 }
 
 typedef nb_tensor *(*bin_fn)(const nb_tensor *, const nb_tensor *);
@@ -63,11 +53,11 @@ static void test_binary(void **state)
             double rtol = dts[d] == NB_FLOAT32 ? 2e-6 : dts[d] == NB_FLOAT64 ? 1e-14 : 0;
             nb_tensor *want = ops[k].f(a, b);
             if (!want) { /* an op the CPU rejects for this dtype must fail on CUDA too */
-                assert_null(ops[k].f(cuda(a), cuda(b)));
+                assert_null(ops[k].f(nbt_to_cuda(a), nbt_to_cuda(b)));
                 continue;
             }
-            close_to(NBT_CHECK(ops[k].f(cuda(a), cuda(b))), want, rtol, what);
-            close_to(NBT_CHECK(ops[k].f(cuda(at), cuda(bt))), NBT_CHECK(ops[k].f(at, bt)), rtol, what);
+            nbt_assert_close_host(NBT_CHECK(ops[k].f(nbt_to_cuda(a), nbt_to_cuda(b))), want, rtol, what);
+            nbt_assert_close_host(NBT_CHECK(ops[k].f(nbt_to_cuda(at), nbt_to_cuda(bt))), NBT_CHECK(ops[k].f(at, bt)), rtol, what);
         }
         nb_scope_end(s);
     }
@@ -75,13 +65,13 @@ static void test_binary(void **state)
     nb_scope *s = nb_scope_begin();
     int64_t sh[1] = {1000};
     nb_tensor *x = rnd(sh, 1, NB_FLOAT32, 3);
-    close_to(NBT_CHECK(nb_add_scalar(cuda(x), 1.5)), NBT_CHECK(nb_add_scalar(x, 1.5)), 0, "add_scalar");
-    close_to(NBT_CHECK(nb_mul_scalar(cuda(x), -2)), NBT_CHECK(nb_mul_scalar(x, -2)), 0, "mul_scalar");
-    close_to(NBT_CHECK(nb_pow_scalar(cuda(x), 2)), NBT_CHECK(nb_pow_scalar(x, 2)), 1e-6, "pow 2");
-    close_to(NBT_CHECK(nb_gt_scalar(cuda(x), 0.25)), NBT_CHECK(nb_gt_scalar(x, 0.25)), 0, "gt_scalar");
-    nb_tensor *xd = NBT_CHECK(nb_clone(cuda(x)));
+    nbt_assert_close_host(NBT_CHECK(nb_add_scalar(nbt_to_cuda(x), 1.5)), NBT_CHECK(nb_add_scalar(x, 1.5)), 0, "add_scalar");
+    nbt_assert_close_host(NBT_CHECK(nb_mul_scalar(nbt_to_cuda(x), -2)), NBT_CHECK(nb_mul_scalar(x, -2)), 0, "mul_scalar");
+    nbt_assert_close_host(NBT_CHECK(nb_pow_scalar(nbt_to_cuda(x), 2)), NBT_CHECK(nb_pow_scalar(x, 2)), 1e-6, "pow 2");
+    nbt_assert_close_host(NBT_CHECK(nb_gt_scalar(nbt_to_cuda(x), 0.25)), NBT_CHECK(nb_gt_scalar(x, 0.25)), 0, "gt_scalar");
+    nb_tensor *xd = NBT_CHECK(nb_clone(nbt_to_cuda(x)));
     NBT_OK(nb_mul_scalar_(xd, 3));
-    close_to(xd, NBT_CHECK(nb_mul_scalar(x, 3)), 0, "mul_scalar_");
+    nbt_assert_close_host(xd, NBT_CHECK(nb_mul_scalar(x, 3)), 0, "mul_scalar_");
     nb_scope_end(s);
 }
 
@@ -123,16 +113,16 @@ static void test_unary_and_grads(void **state)
             char what[64];
             snprintf(what, sizeof what, "%s %s", ops[k].name, nb_dtype_name(dts[d]));
             double rtol = dts[d] == NB_FLOAT32 ? 1e-5 : dts[d] == NB_FLOAT64 ? 1e-13 : 0;
-            close_to(NBT_CHECK(ops[k].f(cuda(x))), NBT_CHECK(ops[k].f(x)), rtol, what);
+            nbt_assert_close_host(NBT_CHECK(ops[k].f(nbt_to_cuda(x))), NBT_CHECK(ops[k].f(x)), rtol, what);
             nb_tensor *xt = NBT_CHECK(nb_t(x));
-            close_to(NBT_CHECK(ops[k].f(cuda(xt))), NBT_CHECK(ops[k].f(xt)), rtol, what);
+            nbt_assert_close_host(NBT_CHECK(ops[k].f(nbt_to_cuda(xt))), NBT_CHECK(ops[k].f(xt)), rtol, what);
             if (fl && ops[k].grad) { /* backward on the device: the fused gradient kernels */
                 nb_tensor *g = rnd(sh, 2, dts[d], 1);
-                nb_tensor *xc = nbt_leaf(x), *xg = NBT_CHECK(nb_tensor_retain(cuda(x)));
+                nb_tensor *xc = nbt_leaf(x), *xg = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(x)));
                 NBT_OK(nb_tensor_set_requires_grad(xg, true));
                 NBT_OK(nb_backward(NBT_CHECK(ops[k].f(xc)), g, 0));
-                NBT_OK(nb_backward(NBT_CHECK(ops[k].f(xg)), cuda(g), 0));
-                close_to(nb_tensor_grad(xg), nb_tensor_grad(xc), rtol * 10, what);
+                NBT_OK(nb_backward(NBT_CHECK(ops[k].f(xg)), nbt_to_cuda(g), 0));
+                nbt_assert_close_host(nb_tensor_grad(xg), nb_tensor_grad(xc), rtol * 10, what);
                 nb_tensor_free(xg);
             }
             nb_scope_end(s);
@@ -150,10 +140,10 @@ static void test_half(void **state)
     for (int i = 0; i < 2; i++) {
         /* rounded inputs, computed in float32, rounded once: the CPU's float32 result of the
          * rounded inputs, rounded to the half type, is the same value */
-        nb_tensor *xh = NBT_CHECK(nb_to_dtype(cuda(x), hs[i])), *yh = NBT_CHECK(nb_to_dtype(cuda(y), hs[i]));
+        nb_tensor *xh = NBT_CHECK(nb_to_dtype(nbt_to_cuda(x), hs[i])), *yh = NBT_CHECK(nb_to_dtype(nbt_to_cuda(y), hs[i]));
         nb_tensor *xr = host(NBT_CHECK(nb_to_dtype(xh, NB_FLOAT32))), *yr = host(NBT_CHECK(nb_to_dtype(yh, NB_FLOAT32)));
         nb_tensor *got = host(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_mul(xh, yh)), NB_FLOAT32)));
-        nb_tensor *want = host(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to_dtype(cuda(NBT_CHECK(nb_mul(xr, yr))), hs[i])), NB_FLOAT32)));
+        nb_tensor *want = host(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to_dtype(nbt_to_cuda(NBT_CHECK(nb_mul(xr, yr))), hs[i])), NB_FLOAT32)));
         nbt_assert_close(got, want, 0, 0, "half mul");
         got = host(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_relu(xh)), NB_FLOAT32)));
         nbt_assert_close(got, NBT_CHECK(nb_relu(xr)), 0, 0, "half relu");
@@ -163,10 +153,7 @@ static void test_half(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_binary), cmocka_unit_test(test_unary_and_grads),
                                        cmocka_unit_test(test_half)};
     return NBT_RUN(tests);

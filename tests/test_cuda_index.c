@@ -8,16 +8,6 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
-
-static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
-
-static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
-{
-    nb_tensor *g = NBT_CHECK(nb_to(got_dev, nb_cpu()));
-    assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
-    nbt_assert_close(g, want, rtol, rtol, what);
-}
 
 static nb_tensor *randn(const int64_t *shape, int nd)
 {
@@ -36,33 +26,33 @@ static void test_index_ops(void **state)
     (void)state;
     nb_scope *s = nb_scope_begin();
     int64_t sx[3] = {6, 9, 5}, si[1] = {12}, sg[3] = {6, 4, 5};
-    nb_tensor *x = randn(sx, 3), *xd = cuda(x);
+    nb_tensor *x = randn(sx, 3), *xd = nbt_to_cuda(x);
     for (int k = 0; k < 2; k++) {
         nb_dtype it = k ? NB_INT32 : NB_INT64;
         nb_tensor *i1 = randint(9, si, 1, it), *ig = randint(9, sg, 3, it);
-        close_to(NBT_CHECK(nb_index_select(xd, 1, cuda(i1))), NBT_CHECK(nb_index_select(x, 1, i1)), 0, "index_select");
-        close_to(NBT_CHECK(nb_index_select(NBT_CHECK(nb_transpose(xd, 0, 2)), 1, cuda(i1))),
+        nbt_assert_close_host(NBT_CHECK(nb_index_select(xd, 1, nbt_to_cuda(i1))), NBT_CHECK(nb_index_select(x, 1, i1)), 0, "index_select");
+        nbt_assert_close_host(NBT_CHECK(nb_index_select(NBT_CHECK(nb_transpose(xd, 0, 2)), 1, nbt_to_cuda(i1))),
                  NBT_CHECK(nb_index_select(NBT_CHECK(nb_transpose(x, 0, 2)), 1, i1)), 0, "index_select strided");
-        close_to(NBT_CHECK(nb_gather(xd, 1, cuda(ig))), NBT_CHECK(nb_gather(x, 1, ig)), 0, "gather");
+        nbt_assert_close_host(NBT_CHECK(nb_gather(xd, 1, nbt_to_cuda(ig))), NBT_CHECK(nb_gather(x, 1, ig)), 0, "gather");
         nb_tensor *src = randn(sg, 3);
         /* scatter with repeated indices keeps one of the written values: compare only where
          * every write agrees, i.e. scatter a constant-per-position source */
         nb_tensor *ones = NBT_CHECK(nb_ones_like(src));
-        close_to(NBT_CHECK(nb_scatter(xd, 1, cuda(ig), cuda(ones))), NBT_CHECK(nb_scatter(x, 1, ig, ones)), 0,
+        nbt_assert_close_host(NBT_CHECK(nb_scatter(xd, 1, nbt_to_cuda(ig), nbt_to_cuda(ones))), NBT_CHECK(nb_scatter(x, 1, ig, ones)), 0,
                  "scatter");
-        close_to(NBT_CHECK(nb_scatter_add(xd, 1, cuda(ig), cuda(src))), NBT_CHECK(nb_scatter_add(x, 1, ig, src)), 1e-6,
+        nbt_assert_close_host(NBT_CHECK(nb_scatter_add(xd, 1, nbt_to_cuda(ig), nbt_to_cuda(src))), NBT_CHECK(nb_scatter_add(x, 1, ig, src)), 1e-6,
                  "scatter_add");
     }
     nb_tensor *mask = NBT_CHECK(nb_gt_scalar(x, 0.5));
-    close_to(NBT_CHECK(nb_masked_fill(xd, cuda(mask), -7)), NBT_CHECK(nb_masked_fill(x, mask, -7)), 0, "masked_fill");
+    nbt_assert_close_host(NBT_CHECK(nb_masked_fill(xd, nbt_to_cuda(mask), -7)), NBT_CHECK(nb_masked_fill(x, mask, -7)), 0, "masked_fill");
     int64_t so[2] = {3, 4};
     nb_tensor *io = randint(6, so, 2, NB_INT64);
-    close_to(NBT_CHECK(nb_one_hot(cuda(io), 6)), NBT_CHECK(nb_one_hot(io, 6)), 0, "one_hot");
+    nbt_assert_close_host(NBT_CHECK(nb_one_hot(nbt_to_cuda(io), 6)), NBT_CHECK(nb_one_hot(io, 6)), 0, "one_hot");
     /* errors name the op, the value, the dim and its size */
     int64_t sb[1] = {2};
     nb_tensor_params pd = nb_tensor_params_default();
     pd.dtype = NB_INT64;
-    pd.device = CUDA0;
+    pd.device = NBT_CUDA0;
     nb_tensor *badi = NBT_CHECK(nb_full(sb, 1, 9, &pd));
     NBT_FAILS(nb_index_select(xd, 1, badi) == NULL, NB_ERR_INVALID_ARG, "index_select", "index 9", "dim 1", "size 9",
               NULL);
@@ -77,25 +67,25 @@ static void test_embedding_and_loss(void **state)
     nb_scope *s = nb_scope_begin();
     int64_t sw[2] = {50, 8}, st[2] = {7, 11}, sl[2] = {40, 13}, sy[1] = {40};
     nb_tensor *w = randn(sw, 2), *tok = randint(50, st, 2, NB_INT64);
-    nb_tensor *wh = nbt_leaf(w), *wd = NBT_CHECK(nb_tensor_retain(cuda(w)));
+    nb_tensor *wh = nbt_leaf(w), *wd = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(w)));
     NBT_OK(nb_tensor_set_requires_grad(wd, true));
-    nb_tensor *eh = NBT_CHECK(nb_embedding(wh, tok)), *ed = NBT_CHECK(nb_embedding(wd, cuda(tok)));
-    close_to(ed, eh, 0, "embedding");
+    nb_tensor *eh = NBT_CHECK(nb_embedding(wh, tok)), *ed = NBT_CHECK(nb_embedding(wd, nbt_to_cuda(tok)));
+    nbt_assert_close_host(ed, eh, 0, "embedding");
     nb_tensor *g = randn(nb_tensor_shape(eh), 3);
     NBT_OK(nb_backward(eh, g, 0));
-    NBT_OK(nb_backward(ed, cuda(g), 0));
-    close_to(nb_tensor_grad(wd), nb_tensor_grad(wh), 1e-6, "embedding backward");
+    NBT_OK(nb_backward(ed, nbt_to_cuda(g), 0));
+    nbt_assert_close_host(nb_tensor_grad(wd), nb_tensor_grad(wh), 1e-6, "embedding backward");
     nb_tensor_free(wd);
     nb_tensor *lg = randn(sl, 2), *y = randint(13, sy, 1, NB_INT64);
-    nb_tensor *lh = nbt_leaf(lg), *ld = NBT_CHECK(nb_tensor_retain(cuda(lg)));
+    nb_tensor *lh = nbt_leaf(lg), *ld = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(lg)));
     NBT_OK(nb_tensor_set_requires_grad(ld, true));
     nb_cross_entropy_params cp = nb_cross_entropy_params_default();
     cp.label_smoothing = 0.1;
-    nb_tensor *ch = NBT_CHECK(nb_cross_entropy(lh, y, &cp)), *cd = NBT_CHECK(nb_cross_entropy(ld, cuda(y), &cp));
-    close_to(cd, ch, 1e-6, "cross_entropy");
+    nb_tensor *ch = NBT_CHECK(nb_cross_entropy(lh, y, &cp)), *cd = NBT_CHECK(nb_cross_entropy(ld, nbt_to_cuda(y), &cp));
+    nbt_assert_close_host(cd, ch, 1e-6, "cross_entropy");
     NBT_OK(nb_backward(ch, NULL, 0));
     NBT_OK(nb_backward(cd, NULL, 0));
-    close_to(nb_tensor_grad(ld), nb_tensor_grad(lh), 1e-5, "cross_entropy backward");
+    nbt_assert_close_host(nb_tensor_grad(ld), nb_tensor_grad(lh), 1e-5, "cross_entropy backward");
     nb_tensor_free(ld);
     nb_scope_end(s);
 }
@@ -119,9 +109,9 @@ static void test_sort(void **state)
         for (int64_t dim = 0; dim < 3; dim++)
             for (int desc = 0; desc < 2; desc++) {
                 nb_tensor *ih, *id;
-                close_to(NBT_CHECK(nb_sort(cuda(xt), dim, desc, &id)), NBT_CHECK(nb_sort(xt, dim, desc, &ih)), 0, "sort");
-                close_to(id, ih, 0, "sort indices (stable)");
-                close_to(NBT_CHECK(nb_topk(cuda(xt), 3, dim, desc, true, &id)), NBT_CHECK(nb_topk(xt, 3, dim, desc, true, &ih)),
+                nbt_assert_close_host(NBT_CHECK(nb_sort(nbt_to_cuda(xt), dim, desc, &id)), NBT_CHECK(nb_sort(xt, dim, desc, &ih)), 0, "sort");
+                nbt_assert_close_host(id, ih, 0, "sort indices (stable)");
+                nbt_assert_close_host(NBT_CHECK(nb_topk(nbt_to_cuda(xt), 3, dim, desc, true, &id)), NBT_CHECK(nb_topk(xt, 3, dim, desc, true, &ih)),
                          0, "topk");
             }
     }
@@ -130,10 +120,7 @@ static void test_sort(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_index_ops), cmocka_unit_test(test_embedding_and_loss),
                                        cmocka_unit_test(test_sort)};
     return NBT_RUN(tests);

@@ -8,14 +8,6 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
-
-static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
-
-static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
-{
-    nbt_assert_close(NBT_CHECK(nb_to(got_dev, nb_cpu())), want, rtol, rtol, what);
-}
 
 static nb_tensor *randn(const int64_t *shape, int nd, nb_dtype dt)
 {
@@ -27,7 +19,7 @@ static nb_tensor *randn(const int64_t *shape, int nd, nb_dtype dt)
 /* a leaf copy of t on the device */
 static nb_tensor *dev_leaf(const nb_tensor *t)
 {
-    nb_tensor *d = NBT_CHECK(nb_tensor_retain(cuda(t)));
+    nb_tensor *d = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(t)));
     NBT_OK(nb_tensor_set_requires_grad(d, true));
     return d;
 }
@@ -41,12 +33,12 @@ static void compare(layer_fn f, void *ctx, nb_tensor *const *in, int n, double r
     nb_tensor *h[4], *d[4];
     for (int i = 0; i < n; i++) h[i] = nbt_leaf(in[i]), d[i] = dev_leaf(in[i]);
     nb_tensor *yh = NBT_CHECK(f(h, ctx)), *yd = NBT_CHECK(f(d, ctx));
-    close_to(yd, yh, rtol, what);
+    nbt_assert_close_host(yd, yh, rtol, what);
     nb_tensor *g = randn(nb_tensor_shape(yh), nb_tensor_ndim(yh), nb_tensor_dtype(yh));
     NBT_OK(nb_backward(yh, g, 0));
-    NBT_OK(nb_backward(yd, cuda(g), 0));
+    NBT_OK(nb_backward(yd, nbt_to_cuda(g), 0));
     for (int i = 0; i < n; i++) {
-        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), rtol * 10, what);
+        nbt_assert_close_host(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), rtol * 10, what);
         nb_tensor_free(d[i]);
     }
     nb_scope_end(s);
@@ -105,10 +97,10 @@ static void test_batch_norm(void **state)
     nb_tensor_params p = nb_tensor_params_default();
     p.dtype = NB_FLOAT64;
     nb_tensor *rm = NBT_CHECK(nb_zeros(sc, 1, &p)), *rv = NBT_CHECK(nb_ones(sc, 1, &p));
-    nb_tensor *run[5] = {rm, rv, cuda(rm), cuda(rv), rm /* training */};
+    nb_tensor *run[5] = {rm, rv, nbt_to_cuda(rm), nbt_to_cuda(rv), rm /* training */};
     compare(bn_f, run, in, 3, 1e-11, "batch_norm training");
-    close_to(run[2], run[0], 1e-12, "running mean");
-    close_to(run[3], run[1], 1e-12, "running var");
+    nbt_assert_close_host(run[2], run[0], 1e-12, "running mean");
+    nbt_assert_close_host(run[3], run[1], 1e-12, "running var");
     run[4] = NULL;
     compare(bn_f, run, in, 3, 1e-11, "batch_norm evaluation");
     nb_scope_end(s);
@@ -140,12 +132,12 @@ static void test_lstm(void **state)
     nb_tensor *h[11], *d[11];
     for (int i = 0; i < 11; i++) h[i] = nbt_leaf(in[i]), d[i] = dev_leaf(in[i]);
     nb_tensor *yh = NBT_CHECK(lstm_f(h, NULL)), *yd = NBT_CHECK(lstm_f(d, NULL));
-    close_to(yd, yh, 1e-11, "lstm output");
+    nbt_assert_close_host(yd, yh, 1e-11, "lstm output");
     nb_tensor *g = randn(nb_tensor_shape(yh), 3, NB_FLOAT64);
     NBT_OK(nb_backward(yh, g, 0));
-    NBT_OK(nb_backward(yd, cuda(g), 0));
+    NBT_OK(nb_backward(yd, nbt_to_cuda(g), 0));
     for (int i = 0; i < 11; i++) {
-        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-10, "lstm gradient");
+        nbt_assert_close_host(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-10, "lstm gradient");
         nb_tensor_free(d[i]);
     }
     nb_scope_end(t);
@@ -162,7 +154,7 @@ static void test_cnn(void **state)
     nb_tensor_map *sd = NBT_CHECK(nb_tensor_map_create());
     NBT_OK(nb_module_state_dict(mh, sd));
     NBT_OK(nb_module_load_state_dict(md, sd, true));
-    NBT_OK(nb_module_to(md, CUDA0));
+    NBT_OK(nb_module_to(md, NBT_CUDA0));
     nb_module_train(mh, false); /* dropout off: its masks differ by draw order, not by device */
     nb_module_train(md, false);
     int64_t sx[4] = {16, 1, 28, 28}, sy[1] = {16};
@@ -176,12 +168,12 @@ static void test_cnn(void **state)
     for (int step = 0; step < 5; step++) {
         nb_scope *t = nb_scope_begin();
         nb_tensor *lh = NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_module_forward(mh, x)), y, NULL));
-        nb_tensor *ld = NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_module_forward(md, cuda(x))), cuda(y), NULL));
-        close_to(ld, lh, 1e-4, "cnn loss");
+        nb_tensor *ld = NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_module_forward(md, nbt_to_cuda(x))), nbt_to_cuda(y), NULL));
+        nbt_assert_close_host(ld, lh, 1e-4, "cnn loss");
         NBT_OK(nb_backward(lh, NULL, 0));
         NBT_OK(nb_backward(ld, NULL, 0));
         if (step == 0)
-            for (int i = 0; i < np; i++) close_to(nb_tensor_grad(pd[i]), nb_tensor_grad(ph[i]), 1e-3, "cnn grad");
+            for (int i = 0; i < np; i++) nbt_assert_close_host(nb_tensor_grad(pd[i]), nb_tensor_grad(ph[i]), 1e-3, "cnn grad");
         NBT_OK(nb_optim_step(oh));
         NBT_OK(nb_optim_step(od));
         NBT_OK(nb_optim_zero_grad(oh));
@@ -198,10 +190,7 @@ static void test_cnn(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_batch_norm),
                                        cmocka_unit_test(test_lstm), cmocka_unit_test(test_cnn)};
     return NBT_RUN(tests);

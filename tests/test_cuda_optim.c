@@ -9,7 +9,6 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
 enum { NP = 3 };
 
 typedef nb_optim *(*make_fn)(nb_tensor *const *p, int n, int which);
@@ -59,7 +58,7 @@ static void test_optimizers(void **state)
             for (int i = 0; i < NP; i++) {
                 nb_tensor *init = NBT_CHECK(nb_randn(sizes[i], 2, &tp));
                 hp[i] = nbt_leaf(init);
-                dp[i] = NBT_CHECK(nb_tensor_retain(NBT_CHECK(nb_to(init, CUDA0))));
+                dp[i] = NBT_CHECK(nb_tensor_retain(NBT_CHECK(nb_to(init, NBT_CUDA0))));
                 NBT_OK(nb_tensor_set_requires_grad(dp[i], true));
                 for (int k = 0; k < 3; k++) grads[k][i] = NBT_CHECK(nb_randn(sizes[i], 2, &tp));
             }
@@ -67,7 +66,7 @@ static void test_optimizers(void **state)
             for (int k = 0; k < 3; k++) {
                 for (int i = 0; i < NP; i++) {
                     NBT_OK(nb_tensor_set_grad(hp[i], grads[k][i]));
-                    NBT_OK(nb_tensor_set_grad(dp[i], NBT_CHECK(nb_to(grads[k][i], CUDA0))));
+                    NBT_OK(nb_tensor_set_grad(dp[i], NBT_CHECK(nb_to(grads[k][i], NBT_CUDA0))));
                 }
                 NBT_OK(nb_optim_step(oh));
                 NBT_OK(nb_optim_step(od));
@@ -95,11 +94,11 @@ static void test_clip(void **state)
     nb_scope *s = nb_scope_begin();
     int64_t sh[2] = {40, 30};
     nb_tensor *hp = nbt_leaf(NBT_CHECK(nb_randn(sh, 2, NULL)));
-    nb_tensor *dp = NBT_CHECK(nb_tensor_retain(NBT_CHECK(nb_to(hp, CUDA0))));
+    nb_tensor *dp = NBT_CHECK(nb_tensor_retain(NBT_CHECK(nb_to(hp, NBT_CUDA0))));
     NBT_OK(nb_tensor_set_requires_grad(dp, true));
     nb_tensor *g = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn(sh, 2, NULL)), 3));
     NBT_OK(nb_tensor_set_grad(hp, g));
-    NBT_OK(nb_tensor_set_grad(dp, NBT_CHECK(nb_to(g, CUDA0))));
+    NBT_OK(nb_tensor_set_grad(dp, NBT_CHECK(nb_to(g, NBT_CUDA0))));
     double th = 0, td = 0;
     NBT_OK(nb_clip_grad_norm_(&hp, 1, 5, 2, &th));
     NBT_OK(nb_clip_grad_norm_(&dp, 1, 5, 2, &td));
@@ -111,10 +110,7 @@ static void test_clip(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_optimizers), cmocka_unit_test(test_clip)};
     return NBT_RUN(tests);
 }

@@ -11,23 +11,12 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
-
-static nb_tensor *cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, CUDA0)); }
-static nb_tensor *host(const nb_tensor *t) { return NBT_CHECK(nb_to(t, nb_cpu())); }
 
 static nb_tensor *randn(const int64_t *shape, int nd, nb_dtype dt)
 {
     nb_tensor_params p = nb_tensor_params_default();
     p.dtype = dt;
     return NBT_CHECK(nb_randn(shape, nd, &p));
-}
-
-static void close_to(const nb_tensor *got_dev, const nb_tensor *want, double rtol, const char *what)
-{
-    nb_tensor *g = host(got_dev);
-    assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
-    nbt_assert_close(g, want, rtol, rtol, what);
 }
 
 static void test_reductions(void **state)
@@ -40,7 +29,7 @@ static void test_reductions(void **state)
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
         nb_scope *s = nb_scope_begin();
         nb_tensor *x = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_mul_scalar(randn(shape, 3, NB_FLOAT64), 3)), dts[d]));
-        nb_tensor *xs = NBT_CHECK(nb_transpose(x, 0, 2)), *xd = cuda(x), *xsd = NBT_CHECK(nb_transpose(xd, 0, 2));
+        nb_tensor *xs = NBT_CHECK(nb_transpose(x, 0, 2)), *xd = nbt_to_cuda(x), *xsd = NBT_CHECK(nb_transpose(xd, 0, 2));
         bool fl = dts[d] != NB_INT64;
         double rtol = dts[d] == NB_FLOAT32 ? 1e-5 : 1e-12;
         for (int k = 0; k < 5; k++) {
@@ -48,28 +37,28 @@ static void test_reductions(void **state)
             int nd = nds[k];
             char w[64];
             snprintf(w, sizeof w, "%s set %d", nb_dtype_name(dts[d]), k);
-            close_to(NBT_CHECK(nb_sum(xd, dm, nd, false)), NBT_CHECK(nb_sum(x, dm, nd, false)), rtol, w);
-            close_to(NBT_CHECK(nb_sum(xsd, dm, nd, true)), NBT_CHECK(nb_sum(xs, dm, nd, true)), rtol, w);
-            close_to(NBT_CHECK(nb_all(xd, dm, nd, false)), NBT_CHECK(nb_all(x, dm, nd, false)), 0, w);
-            close_to(NBT_CHECK(nb_any(xsd, dm, nd, false)), NBT_CHECK(nb_any(xs, dm, nd, false)), 0, w);
+            nbt_assert_close_host(NBT_CHECK(nb_sum(xd, dm, nd, false)), NBT_CHECK(nb_sum(x, dm, nd, false)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_sum(xsd, dm, nd, true)), NBT_CHECK(nb_sum(xs, dm, nd, true)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_all(xd, dm, nd, false)), NBT_CHECK(nb_all(x, dm, nd, false)), 0, w);
+            nbt_assert_close_host(NBT_CHECK(nb_any(xsd, dm, nd, false)), NBT_CHECK(nb_any(xs, dm, nd, false)), 0, w);
             if (!fl) continue;
-            close_to(NBT_CHECK(nb_mean(xd, dm, nd, false)), NBT_CHECK(nb_mean(x, dm, nd, false)), rtol, w);
-            close_to(NBT_CHECK(nb_var(xsd, dm, nd, 1, false)), NBT_CHECK(nb_var(xs, dm, nd, 1, false)), rtol, w);
-            close_to(NBT_CHECK(nb_std(xd, dm, nd, 0, true)), NBT_CHECK(nb_std(x, dm, nd, 0, true)), rtol, w);
-            close_to(NBT_CHECK(nb_logsumexp(xd, dm, nd, false)), NBT_CHECK(nb_logsumexp(x, dm, nd, false)), rtol, w);
-            close_to(NBT_CHECK(nb_norm(xd, 2, dm, nd, false)), NBT_CHECK(nb_norm(x, 2, dm, nd, false)), rtol, w);
-            close_to(NBT_CHECK(nb_norm(xsd, INFINITY, dm, nd, false)), NBT_CHECK(nb_norm(xs, INFINITY, dm, nd, false)), 0, w);
-            close_to(NBT_CHECK(nb_norm(xd, 3, dm, nd, false)), NBT_CHECK(nb_norm(x, 3, dm, nd, false)), rtol * 10, w);
+            nbt_assert_close_host(NBT_CHECK(nb_mean(xd, dm, nd, false)), NBT_CHECK(nb_mean(x, dm, nd, false)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_var(xsd, dm, nd, 1, false)), NBT_CHECK(nb_var(xs, dm, nd, 1, false)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_std(xd, dm, nd, 0, true)), NBT_CHECK(nb_std(x, dm, nd, 0, true)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_logsumexp(xd, dm, nd, false)), NBT_CHECK(nb_logsumexp(x, dm, nd, false)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_norm(xd, 2, dm, nd, false)), NBT_CHECK(nb_norm(x, 2, dm, nd, false)), rtol, w);
+            nbt_assert_close_host(NBT_CHECK(nb_norm(xsd, INFINITY, dm, nd, false)), NBT_CHECK(nb_norm(xs, INFINITY, dm, nd, false)), 0, w);
+            nbt_assert_close_host(NBT_CHECK(nb_norm(xd, 3, dm, nd, false)), NBT_CHECK(nb_norm(x, 3, dm, nd, false)), rtol * 10, w);
         }
         for (int64_t dim = 0; dim < 3; dim++) {
             nb_tensor *ih, *id;
-            close_to(NBT_CHECK(nb_max_dim(xsd, dim, false, &id)), NBT_CHECK(nb_max_dim(xs, dim, false, &ih)), 0, "max");
-            close_to(id, ih, 0, "max indices");
-            close_to(NBT_CHECK(nb_min_dim(xd, dim, true, &id)), NBT_CHECK(nb_min_dim(x, dim, true, &ih)), 0, "min");
-            close_to(id, ih, 0, "min indices");
-            close_to(NBT_CHECK(nb_argmax(xd, dim, false)), NBT_CHECK(nb_argmax(x, dim, false)), 0, "argmax");
+            nbt_assert_close_host(NBT_CHECK(nb_max_dim(xsd, dim, false, &id)), NBT_CHECK(nb_max_dim(xs, dim, false, &ih)), 0, "max");
+            nbt_assert_close_host(id, ih, 0, "max indices");
+            nbt_assert_close_host(NBT_CHECK(nb_min_dim(xd, dim, true, &id)), NBT_CHECK(nb_min_dim(x, dim, true, &ih)), 0, "min");
+            nbt_assert_close_host(id, ih, 0, "min indices");
+            nbt_assert_close_host(NBT_CHECK(nb_argmax(xd, dim, false)), NBT_CHECK(nb_argmax(x, dim, false)), 0, "argmax");
         }
-        close_to(NBT_CHECK(nb_max(xd)), NBT_CHECK(nb_max(x)), 0, "max all");
+        nbt_assert_close_host(NBT_CHECK(nb_max(xd)), NBT_CHECK(nb_max(x)), 0, "max all");
         nb_scope_end(s);
     }
     /* NaN wins max, at its first position; ties give the first position */
@@ -80,8 +69,8 @@ static void test_reductions(void **state)
     nb_tensor_params p64 = nb_tensor_params_default();
     p64.dtype = NB_FLOAT64;
     h = NBT_CHECK(nb_tensor_from_data(v, n6, 1, &p64));
-    close_to(NBT_CHECK(nb_max_dim(cuda(h), 0, false, &id)), NBT_CHECK(nb_max_dim(h, 0, false, &ih)), 0, "nan max");
-    close_to(id, ih, 0, "nan max index");
+    nbt_assert_close_host(NBT_CHECK(nb_max_dim(nbt_to_cuda(h), 0, false, &id)), NBT_CHECK(nb_max_dim(h, 0, false, &ih)), 0, "nan max");
+    nbt_assert_close_host(id, ih, 0, "nan max index");
     nb_scope_end(s);
 }
 
@@ -96,21 +85,21 @@ static void test_matmul(void **state)
         nb_tensor *a = randn(sa, 3, dts[d]), *b = randn(sb, 3, dts[d]);
         nb_tensor *at = NBT_CHECK(nb_transpose(randn(sat, 3, dts[d]), 1, 2));
         nb_tensor *bt = NBT_CHECK(nb_transpose(randn(sbt, 3, dts[d]), 1, 2));
-        close_to(NBT_CHECK(nb_bmm(cuda(a), cuda(b))), NBT_CHECK(nb_bmm(a, b)), rtol, "bmm");
-        close_to(NBT_CHECK(nb_bmm(cuda(NBT_CHECK(nb_contiguous(at))), cuda(b))), NBT_CHECK(nb_bmm(at, b)), rtol,
+        nbt_assert_close_host(NBT_CHECK(nb_bmm(nbt_to_cuda(a), nbt_to_cuda(b))), NBT_CHECK(nb_bmm(a, b)), rtol, "bmm");
+        nbt_assert_close_host(NBT_CHECK(nb_bmm(nbt_to_cuda(NBT_CHECK(nb_contiguous(at))), nbt_to_cuda(b))), NBT_CHECK(nb_bmm(at, b)), rtol,
                  "bmm a contiguous copy");
         /* transposed operands stay transposed on the device */
-        nb_tensor *atd = NBT_CHECK(nb_transpose(cuda(NBT_CHECK(nb_transpose(at, 1, 2))), 1, 2));
-        nb_tensor *btd = NBT_CHECK(nb_transpose(cuda(NBT_CHECK(nb_transpose(bt, 1, 2))), 1, 2));
-        close_to(NBT_CHECK(nb_bmm(atd, btd)), NBT_CHECK(nb_bmm(at, bt)), rtol, "bmm transposed");
+        nb_tensor *atd = NBT_CHECK(nb_transpose(nbt_to_cuda(NBT_CHECK(nb_transpose(at, 1, 2))), 1, 2));
+        nb_tensor *btd = NBT_CHECK(nb_transpose(nbt_to_cuda(NBT_CHECK(nb_transpose(bt, 1, 2))), 1, 2));
+        nbt_assert_close_host(NBT_CHECK(nb_bmm(atd, btd)), NBT_CHECK(nb_bmm(at, bt)), rtol, "bmm transposed");
         /* a strided operand (every other column) and a broadcast one through matmul */
         int64_t sw[2] = {17, 80};
         nb_tensor *w = randn(sw, 2, dts[d]);
-        nb_tensor *ws = NBT_CHECK(nb_slice(w, 1, 0, 80, 2)), *wsd = NBT_CHECK(nb_slice(cuda(w), 1, 0, 80, 2));
-        close_to(NBT_CHECK(nb_matmul(cuda(a), wsd)), NBT_CHECK(nb_matmul(a, ws)), rtol, "matmul strided");
+        nb_tensor *ws = NBT_CHECK(nb_slice(w, 1, 0, 80, 2)), *wsd = NBT_CHECK(nb_slice(nbt_to_cuda(w), 1, 0, 80, 2));
+        nbt_assert_close_host(NBT_CHECK(nb_matmul(nbt_to_cuda(a), wsd)), NBT_CHECK(nb_matmul(a, ws)), rtol, "matmul strided");
         int64_t sv[1] = {17};
         nb_tensor *v = randn(sv, 1, dts[d]);
-        close_to(NBT_CHECK(nb_matmul(cuda(a), cuda(v))), NBT_CHECK(nb_matmul(a, v)), rtol, "matmul vector");
+        nbt_assert_close_host(NBT_CHECK(nb_matmul(nbt_to_cuda(a), nbt_to_cuda(v))), NBT_CHECK(nb_matmul(a, v)), rtol, "matmul vector");
         nb_scope_end(s);
     }
     /* TF32: close to float32 at TF32's precision, and off again afterwards */
@@ -120,13 +109,13 @@ static void test_matmul(void **state)
     nb_tensor *want = NBT_CHECK(nb_mm(a, b));
     nb_cuda_set_allow_tf32(true);
     assert_true(nb_cuda_get_allow_tf32());
-    close_to(NBT_CHECK(nb_mm(cuda(a), cuda(b))), want, 1e-2, "tf32 mm");
+    nbt_assert_close_host(NBT_CHECK(nb_mm(nbt_to_cuda(a), nbt_to_cuda(b))), want, 1e-2, "tf32 mm");
     nb_cuda_set_allow_tf32(false);
-    close_to(NBT_CHECK(nb_mm(cuda(a), cuda(b))), want, 1e-4, "fp32 mm");
+    nbt_assert_close_host(NBT_CHECK(nb_mm(nbt_to_cuda(a), nbt_to_cuda(b))), want, 1e-4, "fp32 mm");
     int64_t si[2] = {4, 4};
     nb_tensor_params pi = nb_tensor_params_default();
     pi.dtype = NB_INT64;
-    pi.device = CUDA0;
+    pi.device = NBT_CUDA0;
     nb_tensor *ii = NBT_CHECK(nb_ones(si, 2, &pi));
     NBT_FAILS(nb_mm(ii, ii) == NULL, NB_ERR_DTYPE, "bmm", "int64", "CUDA", NULL);
     nb_scope_end(s);
@@ -143,25 +132,25 @@ static void test_lines_and_where(void **state)
         double rtol = dt ? 1e-12 : 1e-5;
         nb_tensor *x = randn(shape, 3, t), *g = randn(shape, 3, t);
         for (int64_t dim = 0; dim < 3; dim++) {
-            nb_tensor *xh = nbt_leaf(x), *xd = NBT_CHECK(nb_tensor_retain(cuda(x)));
+            nb_tensor *xh = nbt_leaf(x), *xd = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(x)));
             NBT_OK(nb_tensor_set_requires_grad(xd, true));
             nb_tensor *yh = NBT_CHECK(nb_log_softmax(xh, dim)), *yd = NBT_CHECK(nb_log_softmax(xd, dim));
-            close_to(yd, yh, rtol, "log_softmax");
-            close_to(NBT_CHECK(nb_softmax(xd, dim)), NBT_CHECK(nb_softmax(xh, dim)), rtol, "softmax");
+            nbt_assert_close_host(yd, yh, rtol, "log_softmax");
+            nbt_assert_close_host(NBT_CHECK(nb_softmax(xd, dim)), NBT_CHECK(nb_softmax(xh, dim)), rtol, "softmax");
             NBT_OK(nb_backward(yh, g, 0));
-            NBT_OK(nb_backward(yd, cuda(g), 0));
-            close_to(nb_tensor_grad(xd), nb_tensor_grad(xh), rtol, "log_softmax backward");
+            NBT_OK(nb_backward(yd, nbt_to_cuda(g), 0));
+            nbt_assert_close_host(nb_tensor_grad(xd), nb_tensor_grad(xh), rtol, "log_softmax backward");
             nb_tensor_free(xd);
-            close_to(NBT_CHECK(nb_cumsum(cuda(x), dim)), NBT_CHECK(nb_cumsum(x, dim)), rtol, "cumsum");
+            nbt_assert_close_host(NBT_CHECK(nb_cumsum(nbt_to_cuda(x), dim)), NBT_CHECK(nb_cumsum(x, dim)), rtol, "cumsum");
         }
         nb_tensor *c = NBT_CHECK(nb_gt_scalar(x, 0.3));
-        close_to(NBT_CHECK(nb_where(cuda(c), cuda(x), cuda(g))), NBT_CHECK(nb_where(c, x, g)), 0, "where");
+        nbt_assert_close_host(NBT_CHECK(nb_where(nbt_to_cuda(c), nbt_to_cuda(x), nbt_to_cuda(g))), NBT_CHECK(nb_where(c, x, g)), 0, "where");
     }
     int64_t si[2] = {4, 9};
     nb_tensor_params pi = nb_tensor_params_default();
     pi.dtype = NB_INT32;
     nb_tensor *xi = NBT_CHECK(nb_randint(-5, 5, si, 2, &pi));
-    close_to(NBT_CHECK(nb_cumsum(cuda(xi), 1)), NBT_CHECK(nb_cumsum(xi, 1)), 0, "cumsum int32");
+    nbt_assert_close_host(NBT_CHECK(nb_cumsum(nbt_to_cuda(xi), 1)), NBT_CHECK(nb_cumsum(xi, 1)), 0, "cumsum int32");
     nb_scope_end(s);
 }
 
@@ -175,33 +164,33 @@ static void test_random(void **state)
     for (int k = 0; k < 2; k++) {
         nb_tensor_params ph = nb_tensor_params_default(), pd = ph;
         ph.dtype = pd.dtype = fts[k];
-        pd.device = CUDA0;
+        pd.device = NBT_CUDA0;
         nb_manual_seed(7);
         nb_tensor *uh = NBT_CHECK(nb_rand(shape, 2, &ph)), *nh = NBT_CHECK(nb_randn(shape, 2, &ph));
         nb_manual_seed(7);
         nb_tensor *ud = NBT_CHECK(nb_rand(shape, 2, &pd)), *nd = NBT_CHECK(nb_randn(shape, 2, &pd));
-        close_to(ud, uh, 0, "rand: bit for bit");
-        close_to(nd, nh, fts[k] == NB_FLOAT32 ? 1e-5 : 1e-13, "randn: up to libm's last bits");
+        nbt_assert_close_host(ud, uh, 0, "rand: bit for bit");
+        nbt_assert_close_host(nd, nh, fts[k] == NB_FLOAT32 ? 1e-5 : 1e-13, "randn: up to libm's last bits");
         nb_manual_seed(9);
         nb_tensor *bh = NBT_CHECK(nb_bernoulli(uh, NULL));
         nb_manual_seed(9);
-        close_to(NBT_CHECK(nb_bernoulli(ud, NULL)), bh, 0, "bernoulli");
+        nbt_assert_close_host(NBT_CHECK(nb_bernoulli(ud, NULL)), bh, 0, "bernoulli");
     }
     nb_tensor_params pi = nb_tensor_params_default(), pid = pi;
     pi.dtype = pid.dtype = NB_INT64;
-    pid.device = CUDA0;
+    pid.device = NBT_CUDA0;
     nb_manual_seed(3);
     nb_tensor *ih = NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pi));
     nb_manual_seed(3);
-    close_to(NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pid)), ih, 0, "randint");
+    nbt_assert_close_host(NBT_CHECK(nb_randint(-1000, 1000, shape, 2, &pid)), ih, 0, "randint");
     /* dropout draws the same mask on both devices (rand < 1 - p on the GPU, bernoulli here) */
     nb_tensor *xo = NBT_CHECK(nb_randn(shape, 2, NULL));
     nb_manual_seed(11);
     nb_tensor *dh = NBT_CHECK(nb_dropout(xo, 0.3, true, NULL));
     nb_manual_seed(11);
-    close_to(NBT_CHECK(nb_dropout(cuda(xo), 0.3, true, NULL)), dh, 0, "dropout");
+    nbt_assert_close_host(NBT_CHECK(nb_dropout(nbt_to_cuda(xo), 0.3, true, NULL)), dh, 0, "dropout");
     nb_tensor_params pf = nb_tensor_params_default();
-    pf.device = CUDA0;
+    pf.device = NBT_CUDA0;
     nb_tensor *bad = NBT_CHECK(nb_full(shape, 2, 1.5, &pf));
     NBT_FAILS(nb_bernoulli(bad, NULL) == NULL, NB_ERR_INVALID_ARG, "bernoulli", "[0, 1]", NULL);
     nb_scope_end(s);
@@ -219,16 +208,16 @@ static void test_autograd_mlp(void **state)
     nb_tensor *h[6], *d[6];
     for (int i = 0; i < 6; i++) {
         h[i] = nbt_leaf(hp[i]);
-        d[i] = NBT_CHECK(nb_tensor_retain(cuda(hp[i])));
+        d[i] = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(hp[i])));
         NBT_OK(nb_tensor_set_requires_grad(d[i], true));
     }
     nb_tensor *lh = NBT_CHECK(nb_mse_loss(NBT_CHECK(nb_linear(NBT_CHECK(nb_relu(NBT_CHECK(nb_linear(h[0], h[1], h[2])))), h[3], h[4])), h[5], NB_REDUCE_MEAN));
     nb_tensor *ld = NBT_CHECK(nb_mse_loss(NBT_CHECK(nb_linear(NBT_CHECK(nb_relu(NBT_CHECK(nb_linear(d[0], d[1], d[2])))), d[3], d[4])), d[5], NB_REDUCE_MEAN));
-    close_to(ld, lh, 1e-12, "loss");
+    nbt_assert_close_host(ld, lh, 1e-12, "loss");
     NBT_OK(nb_backward(lh, NULL, 0));
     NBT_OK(nb_backward(ld, NULL, 0));
     for (int i = 0; i < 6; i++) {
-        close_to(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-11, "grad");
+        nbt_assert_close_host(nb_tensor_grad(d[i]), nb_tensor_grad(h[i]), 1e-11, "grad");
         nb_tensor_free(d[i]);
     }
     nb_scope_end(s);
@@ -236,10 +225,7 @@ static void test_autograd_mlp(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_matmul),
                                        cmocka_unit_test(test_lines_and_where), cmocka_unit_test(test_random),
                                        cmocka_unit_test(test_autograd_mlp)};

@@ -10,8 +10,6 @@
 #include "nbtest.h"
 #include "nabla/cuda.h"
 
-static const nb_device CUDA0 = {NB_DEVICE_CUDA, 0};
-
 static nb_tensor_params on(nb_device d, nb_dtype dt)
 {
     nb_tensor_params p = nb_tensor_params_default();
@@ -63,7 +61,7 @@ static void test_round_trip(void **state)
     const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64, NB_INT64, NB_INT32, NB_UINT8, NB_BOOL};
     for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
         nb_tensor *h = NBT_CHECK(nb_to_dtype(nb_mul_scalar(x, 10), dts[i]));
-        nb_tensor *d = NBT_CHECK(nb_to(h, CUDA0));
+        nb_tensor *d = NBT_CHECK(nb_to(h, NBT_CUDA0));
         assert_int_equal(nb_tensor_device(d).type, NB_DEVICE_CUDA);
         assert_same(d, h);
         assert_same(NBT_CHECK(nb_to(d, nb_cpu())), h);
@@ -78,7 +76,7 @@ static void test_device_copies(void **state)
     int64_t shape[3] = {4, 6, 5};
     nb_tensor_params cpu = on(nb_cpu(), NB_FLOAT32);
     nb_tensor *h = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn(shape, 3, &cpu)), 8));
-    nb_tensor *d = NBT_CHECK(nb_to(h, CUDA0));
+    nb_tensor *d = NBT_CHECK(nb_to(h, NBT_CUDA0));
     int64_t perm[3] = {2, 0, 1};
     /* strided -> contiguous, computed by the copy kernel on the device */
     assert_same(NBT_CHECK(nb_contiguous(NBT_CHECK(nb_permute(d, perm, 3)))),
@@ -93,16 +91,16 @@ static void test_device_copies(void **state)
     const nb_dtype dts[] = {NB_FLOAT64, NB_INT64, NB_INT32, NB_UINT8, NB_BOOL};
     for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
         nb_tensor *want = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_abs(h)), dts[i]));
-        assert_same(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to(NBT_CHECK(nb_abs(h)), CUDA0)), dts[i])), want);
+        assert_same(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to(NBT_CHECK(nb_abs(h)), NBT_CUDA0)), dts[i])), want);
     }
     /* half precision: quarters of small integers are exact in float16 and bfloat16 */
     nb_tensor *ints = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to_dtype(h, NB_INT32)), NB_FLOAT32));
     nb_tensor *q = NBT_CHECK(nb_div_scalar(ints, 4));
-    nb_tensor *qd = NBT_CHECK(nb_to(q, CUDA0));
+    nb_tensor *qd = NBT_CHECK(nb_to(q, NBT_CUDA0));
     assert_same(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to_dtype(qd, NB_FLOAT16)), NB_FLOAT32)), q);
     assert_same(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to_dtype(qd, NB_BFLOAT16)), NB_FLOAT32)), q);
     /* fill, also through a strided view */
-    nb_tensor_params cp = on(CUDA0, NB_FLOAT32);
+    nb_tensor_params cp = on(NBT_CUDA0, NB_FLOAT32);
     int64_t n[1] = {100000};
     nb_tensor *f = NBT_CHECK(nb_full(n, 1, 2.5, &cp));
     assert_same(f, NBT_CHECK(nb_full(n, 1, 2.5, &cpu)));
@@ -118,7 +116,7 @@ static void test_streams_and_events(void **state)
     nb_stream *s = NBT_CHECK(nb_cuda_stream_create(0));
     nb_event *a = NBT_CHECK(nb_cuda_event_create(true)), *b = NBT_CHECK(nb_cuda_event_create(true));
     int64_t shape[1] = {1 << 26};
-    nb_tensor_params cp = on(CUDA0, NB_FLOAT32);
+    nb_tensor_params cp = on(NBT_CUDA0, NB_FLOAT32);
     nb_tensor *x = NBT_CHECK(nb_full(shape, 1, 1.0, &cp));
     NBT_OK(nb_cuda_synchronize(0));
     /* work on s waits for x's fill on the default stream, through an event */
@@ -157,20 +155,20 @@ static void test_allocator(void **state)
     NBT_OK(nb_cuda_synchronize(0));
     NBT_OK(nb_cuda_empty_cache());
     nb_memory_stats s0, s1, s2;
-    NBT_OK(nb_memory_stats_get(CUDA0, &s0));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s0));
     int64_t shape[1] = {1 << 20}; /* 4 MiB */
-    nb_tensor_params cp = on(CUDA0, NB_FLOAT32);
+    nb_tensor_params cp = on(NBT_CUDA0, NB_FLOAT32);
     nb_tensor *x = NBT_CHECK(nb_zeros(shape, 1, &cp));
-    NBT_OK(nb_memory_stats_get(CUDA0, &s1));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s1));
     assert_true(s1.allocated >= s0.allocated + ((size_t)4 << 20));
     assert_true(s1.reserved >= s1.allocated);
     nb_tensor_free(x);
     x = NBT_CHECK(nb_zeros(shape, 1, &cp)); /* the cached block is reused: no new cudaMalloc */
-    NBT_OK(nb_memory_stats_get(CUDA0, &s2));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s2));
     assert_int_equal(s2.n_allocs, s1.n_allocs);
     nb_tensor_free(x);
     NBT_OK(nb_cuda_empty_cache());
-    NBT_OK(nb_memory_stats_get(CUDA0, &s2));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s2));
     assert_int_equal(s2.allocated, s0.allocated);
     assert_true(s2.peak_allocated >= s1.allocated);
     /* out of memory: an error naming the size; the device and the pool go on */
@@ -190,7 +188,7 @@ static void test_errors(void **state)
     (void)state;
     nb_scope *s = nb_scope_begin();
     int64_t shape[1] = {4};
-    nb_tensor_params cp = on(CUDA0, NB_FLOAT32), hp = on(nb_cpu(), NB_FLOAT32);
+    nb_tensor_params cp = on(NBT_CUDA0, NB_FLOAT32), hp = on(nb_cpu(), NB_FLOAT32);
     nb_tensor *d = NBT_CHECK(nb_ones(shape, 1, &cp)), *h = NBT_CHECK(nb_ones(shape, 1, &hp));
     NBT_FAILS(nb_add(d, h) == NULL, NB_ERR_DEVICE, "add", "cuda:0", "cpu", NULL);
     NBT_FAILS(nb_cuda_record_stream(h, nb_cuda_default_stream(0)) != NB_OK, NB_ERR_DEVICE, "cpu", NULL);
@@ -199,10 +197,7 @@ static void test_errors(void **state)
 
 int main(void)
 {
-    if (nb_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
-        return 77;
-    }
+    if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_properties_and_guard), cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_device_copies),        cmocka_unit_test(test_streams_and_events),

@@ -271,3 +271,21 @@ void nbt_gradcheck(nbt_fn f, void *ctx, nb_tensor *const *inputs, int n, double 
     }
     nb_scope_end(s);
 }
+
+/* ---- CUDA tests ---------------------------------------------------------------------------- */
+
+bool nbt_cuda_missing(void)
+{
+    if (nb_cuda_device_count() > 0) return false;
+    printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
+    return true;
+}
+
+nb_tensor *nbt_to_cuda(const nb_tensor *t) { return NBT_CHECK(nb_to(t, NBT_CUDA0)); }
+
+void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double tol, const char *what)
+{
+    nb_tensor *g = NBT_CHECK(nb_to(got, nb_cpu()));
+    assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
+    nbt_assert_close(g, want, tol, tol, what);
+}

@@ -58,6 +58,16 @@ typedef nb_tensor *(*nbt_fn)(nb_tensor *const *inputs, int n, void *ctx);
 void nbt_gradcheck(nbt_fn f, void *ctx, nb_tensor *const *inputs, int n, double eps, double atol,
                    double rtol, const char *what);
 
+/* ---- CUDA tests (skipped, exit 77, on a machine without a GPU) -------------------------------- */
+#define NBT_CUDA0 ((nb_device){NB_DEVICE_CUDA, 0})
+/* True, after printing "SKIPPED: no CUDA device (...)", when there is no CUDA device: main then
+ * returns 77, which ctest reports as Skipped. */
+bool nbt_cuda_missing(void);
+/* t copied to cuda:0 (scope-owned like any op's result; the test fails on error). */
+nb_tensor *nbt_to_cuda(const nb_tensor *t);
+/* got, on any device, read back to the CPU: want's dtype and close to it (rtol and atol = tol). */
+void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double tol, const char *what);
+
 /* Runs the cmocka group; returns cmocka's status (0 when all pass). */
 #define NBT_RUN(tests) cmocka_run_group_tests(tests, NULL, NULL)
 
