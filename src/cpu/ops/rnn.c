@@ -21,6 +21,7 @@
 #endif
 
 #include "cpu/cpu_impl.h"
+#include "cpu/ops/exp512_impl.h"
 
 typedef struct cell_ptrs {
     int64_t B, H;
@@ -78,23 +79,11 @@ BWD_ROW(bwd_row_f64, double, tanh)
 /* ---- float32 rows with AVX-512 --------------------------------------------------------------- */
 
 #if defined(__x86_64__)
-/* exp (Cephes' expf, as in softmax.c), the argument clamped to [-87, 87]: sigmoid and tanh
- * saturate long before. NaN passes through (max/min return their second operand then). */
+/* exp (exp512_impl.h), the argument clamped to [-87, 87]: sigmoid and tanh saturate long
+ * before. NaN passes through (max/min return their second operand then). */
 __attribute__((target("avx512f"))) static inline __m512 vexp(__m512 x)
 {
-    x = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
-    q = _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
-    return _mm512_scalef_ps(_mm512_add_ps(q, _mm512_set1_ps(1.0f)), n);
+    return nb_exp512(_mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x)));
 }
 
 __attribute__((target("avx512f"))) static inline __m512 vsigmoid(__m512 z)

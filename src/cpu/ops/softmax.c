@@ -25,6 +25,7 @@
 #endif
 
 #include "cpu/cpu_impl.h"
+#include "cpu/ops/exp512_impl.h"
 
 /* The lines of up to three operands (0 = out, 1.. = inputs): the other dims' shape and strides,
  * the length D along dim and each operand's stride along it (all in elements). */
@@ -102,31 +103,11 @@ REF_BWD(ref_bwd_f64, double)
 /* ---- the fast path: contiguous float32 rows ---------------------------------------------- */
 
 #if defined(__x86_64__)
-/* exp for float32 lanes (Cephes' expf: Cody-Waite reduction by ln 2, a degree-6 polynomial,
- * about 1 ulp), for x in [-110, 89] or NaN. scalef scales by 2^n with overflow to inf and
- * gradual underflow; below -110 the result rounds to exactly 0, so clamping there makes -inf
- * give 0. NaN passes through (max/min return their second operand when it is NaN). */
-__attribute__((target("avx512f"))) static inline __m512 exp_core(__m512 x)
-{
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-/* exp of x <= 0 (x - max in a softmax) or NaN. */
+/* exp of x <= 0 (x - max in a softmax; exp512_impl.h) clamped at -110, below which the result rounds to exactly 0, so that -inf
+ * gives 0. NaN passes through (max/min return their second operand when it is NaN). */
 __attribute__((target("avx512f"))) static inline __m512 exp_nonpos(__m512 x)
 {
-    return exp_core(_mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+    return nb_exp512(_mm512_max_ps(_mm512_set1_ps(-110.0f), x));
 }
 
 __attribute__((target("avx512f"))) static inline __m512d lo_pd(__m512 v)
