@@ -17,5 +17,6 @@
 #include "nabla/layers.h"
 #include "nabla/models.h"
 #include "nabla/cuda.h"
+#include "nabla/profiler.h"
 
 #endif

@@ -151,6 +151,9 @@ static int setup(bench *b)
     const char *f = b->o.format;
     if (strcmp(f, "table") && strcmp(f, "csv") && strcmp(f, "json"))
         return cli_fail(CLI_USAGE, "bench: unknown format \"%s\" (expected table, csv or json)", f);
+    const char *p = b->o.profile;
+    if (p && strcmp(p, "host") && strcmp(p, "sync"))
+        return cli_fail(CLI_USAGE, "bench: unknown --profile \"%s\" (expected host or sync)", p);
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;
@@ -398,6 +401,8 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     nb_event *e0 = NULL, *e1 = NULL;
     if (st == NB_OK && gpu && (!(e0 = nb_cuda_event_create(true)) || !(e1 = nb_cuda_event_create(true))))
         st = nb_last_status();
+    if (st == NB_OK && b->o.profile)
+        st = nb_profiler_start(!strcmp(b->o.profile, "sync") ? NB_PROFILE_SYNC : NB_PROFILE_HOST);
     for (int64_t i = 0; st == NB_OK && i < iters; i++) {
         double t0 = cli_now();
         if (gpu) st = nb_cuda_event_record(e0, NULL);
@@ -410,6 +415,12 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     }
     nb_cuda_event_free(e0);
     nb_cuda_event_free(e1);
+    if (b->o.profile) {
+        nb_profiler_stop();
+        fprintf(stderr, "\n%s, %d thread%s, %lld timed iterations (--profile %s):\n", n->s->name, threads,
+                threads == 1 ? "" : "s", (long long)iters, b->o.profile);
+        nb_profiler_print(stderr);
+    }
     if (st != NB_OK) {
         snprintf(r->err, sizeof r->err, "%s: %s", n->s->name,
                  !t ? "out of memory" : g_err[0] ? g_err : nb_last_error());
@@ -568,7 +579,7 @@ int cmd_bench(int argc, char **argv)
     bench *b = calloc(1, sizeof *b);
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
-                       "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir", &b->o);
+                       "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir --profile", &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {
         if (!strcmp(b->o.format, "csv")) printf("%s\n", csv_header);

@@ -23,8 +23,10 @@ static const char *const usage_text =
     "  info  the version, backends, devices and thread count\n"
     "  bench [--model a,b,...] [--device cpu|cuda[:N]|auto] [--threads 1,2,...] [--batch-size N]\n"
     "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N] [--data synthetic|real]\n"
-    "        [--data-dir DIR]  (real: Fashion-MNIST for fcn-r and cnn, CIFAR-10 in DIR for\n"
-    "        alexnet-r, resnet-56 and resnet20)\n"
+    "        [--data-dir DIR] [--profile host|sync]\n"
+    "        (real: Fashion-MNIST for fcn-r and cnn, CIFAR-10 in DIR for alexnet-r, resnet-56 and\n"
+    "        resnet20; --profile: after each network, its time per op over the timed iterations\n"
+    "        on stderr; sync waits for the GPU after each op)\n"
     "        times training iterations on synthetic data; models: fcn-s alexnet-s resnet-50 fcn-r\n"
     "        alexnet-r resnet-56 lstm (the default: all seven), cnn, resnet20, sgemm\n";
 
@@ -108,6 +110,7 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
     else if (!strcmp(f, "--load")) o->load = v;
     else if (!strcmp(f, "--epochs")) rc = parse_int(f, v, 1, &o->epochs);
     else if (!strcmp(f, "--format")) o->format = v;
+    else if (!strcmp(f, "--profile")) o->profile = v;
     else if (!strcmp(f, "--batch-size")) {
         rc = parse_int(f, v, 1, &o->batch_size);
         o->batch_size_given = true;

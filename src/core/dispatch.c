@@ -1,5 +1,6 @@
 /* Dispatch: op names and the call through a device's kernel table. */
 #include "core/dispatch_impl.h"
+#include "core/profiler_impl.h"
 
 static const char *const op_names[NB_OP_COUNT] = {
 #define X(id, name, family) name,
@@ -22,5 +23,8 @@ nb_status nb__dispatch(nb_op op, const nb_kargs *a)
         nb_device_str(d, dn, sizeof dn);
         return nb__err(NB_ERR_UNSUPPORTED, "%s: no kernel for device %s", nb__op_name(op), dn);
     }
-    return k(op, a);
+    int64_t t0 = nb__prof_begin();
+    nb_status st = k(op, a);
+    nb__prof_end((int)op, t0, d);
+    return st;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/dispatch_impl.h"
+#include "core/profiler_impl.h"
 #include "cpu/cpu_impl.h"
 #include "optim/optim_impl.h"
 
@@ -144,9 +145,8 @@ static nb_status add_to_group(nb_optim *o, int i, nb_tensor *p, nb_tensor *g, de
     return NB_OK;
 }
 
-nb_status nb_optim_step(nb_optim *o)
+static nb_status step(nb_optim *o)
 {
-    if (!o) return nb__err(NB_ERR_INVALID_ARG, "optim step: optimizer is NULL");
     bool prev = nb_set_grad_enabled(false);
     nb_scope *sc = nb_scope_begin();
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "optim step: out of memory");
@@ -175,6 +175,15 @@ nb_status nb_optim_step(nb_optim *o)
     for (int k = 0; k < ng; k++) free(gr[k].e);
     nb_scope_end(sc);
     nb_set_grad_enabled(prev);
+    return st;
+}
+
+nb_status nb_optim_step(nb_optim *o)
+{
+    if (!o) return nb__err(NB_ERR_INVALID_ARG, "optim step: optimizer is NULL");
+    int64_t t0 = nb__prof_begin();
+    nb_status st = step(o);
+    nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, o->params[0]->storage->device);
     return st;
 }
 
