@@ -146,6 +146,51 @@ static void test_inplace_history(void **state)
     nb_scope_end(s);
 }
 
+/* The rows of the profiler's table named name (0 when absent). */
+static int64_t calls_of(const char *name)
+{
+    nb_profile_entry e[256];
+    int n = nb_profiler_entries(e, 256);
+    for (int i = 0; i < n && i < 256; i++)
+        if (!strcmp(e[i].name, name)) return e[i].calls;
+    return 0;
+}
+
+/* A leaf's first gradient is the rule's fresh result, taken without a copy when nobody else holds
+ * it; a gradient that another leaf, a node or the caller can see is copied, so no two grads share
+ * memory and the caller's tensor is never the leaf's grad. */
+static void test_first_grad_ownership(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    /* y = 3x: the rule's output becomes x.grad; no copy kernel runs in backward */
+    nb_tensor *x = leaf((double[]){1, 2, 3}, (int64_t[]){3}, 1);
+    nb_tensor *y = NBT_CHECK(nb_sum(nb_mul_scalar(x, 3), NULL, 0, false));
+    NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+    NBT_OK(nb_backward(y, NULL, 0));
+    nb_profiler_stop();
+    assert_grad(x, (double[]){3, 3, 3}, 3, "3x");
+    assert_int_equal(calls_of("copy"), 0);
+    /* y = a + b: both leaves get the same upstream gradient; each must own its own */
+    nb_tensor *a = leaf((double[]){1, 2}, (int64_t[]){2}, 1), *b = leaf((double[]){3, 4}, (int64_t[]){2}, 1);
+    nb_tensor *z = NBT_CHECK(nb_mul_scalar(nb_add(a, b), 2));
+    NBT_OK(nb_backward(z, NBT_CHECK(nb_tensor_from_data((double[]){1, -1}, (int64_t[]){2}, 1, &F64)), 0));
+    assert_ptr_not_equal(nb_tensor_data_ptr(nb_tensor_grad(a)), nb_tensor_data_ptr(nb_tensor_grad(b)));
+    NBT_OK(nb_mul_scalar_(nb_tensor_grad(a), 10));
+    assert_grad(a, (double[]){20, -20}, 2, "a's grad, scaled in place");
+    assert_grad(b, (double[]){2, -2}, 2, "b's grad, untouched by a's");
+    /* backward on a leaf with the caller's gradient: the grad is a copy of it */
+    nb_tensor *w = leaf((double[]){5, 6}, (int64_t[]){2}, 1);
+    nb_tensor *g = NBT_CHECK(nb_tensor_from_data((double[]){0.5, 0.25}, (int64_t[]){2}, 1, &F64));
+    NBT_OK(nb_backward(w, g, 0));
+    NBT_OK(nb_mul_scalar_(g, 4));
+    assert_grad(w, (double[]){0.5, 0.25}, 2, "leaf root's grad, caller's tensor changed after");
+    /* a stolen first grad still accumulates in place on the next backward */
+    nb_tensor *y2 = NBT_CHECK(nb_sum(nb_mul_scalar(x, 3), NULL, 0, false));
+    NBT_OK(nb_backward(y2, NULL, 0));
+    assert_grad(x, (double[]){6, 6, 6}, 3, "accumulated onto a stolen grad");
+    nb_scope_end(s);
+}
+
 static void test_memory_does_not_grow(void **state)
 {
     nb_tensor_params p = F64;
@@ -172,7 +217,7 @@ int main(void)
         cmocka_unit_test(test_chain_and_accumulation), cmocka_unit_test(test_diamond_and_explicit_grad),
         cmocka_unit_test(test_broadcast_gradient),     cmocka_unit_test(test_no_grad_and_detach),
         cmocka_unit_test(test_version_counter),        cmocka_unit_test(test_inplace_history),
-        cmocka_unit_test(test_memory_does_not_grow),
+        cmocka_unit_test(test_memory_does_not_grow),     cmocka_unit_test(test_first_grad_ownership),
     };
     return NBT_RUN(tests);
 }

@@ -76,8 +76,24 @@ mismatch:;
                         nb__op_name(op), nb__shape_str(g->shape, g->ndim, a), nb__shape_str(e->shape, e->ndim, b));
 }
 
-static nb_status accumulate_leaf(nb_tensor *leaf, nb_tensor *g)
+/* Whether a gradient a rule just made can become a leaf's .grad as it is, without a copy (as
+ * PyTorch's AccumulateGrad steals a gradient nobody else holds): only the node's scope holds it
+ * (so no other leaf, buffer or caller can see it), nothing else shares its storage, it is a plain
+ * contiguous tensor of its own, and it has no history. */
+static bool can_steal(const nb_tensor *g)
 {
+    return atomic_load(&g->refcount) == 1 && atomic_load(&g->storage->refcount) == 1 && !g->base &&
+           g->offset == 0 && !g->grad_fn && !g->requires_grad && nb__is_contiguous(g) &&
+           g->storage->nbytes == (size_t)nb__numel(g->shape, g->ndim) * nb_dtype_size(g->dtype);
+}
+
+/* steal: g is a rule's fresh result (not a caller's tensor), which can_steal may take as it is. */
+static nb_status accumulate_leaf(nb_tensor *leaf, nb_tensor *g, bool steal)
+{
+    if (!leaf->grad && steal && can_steal(g)) {
+        leaf->grad = nb_tensor_retain(g);
+        return NB_OK;
+    }
     if (!leaf->grad) {
         nb_tensor *c = nb_clone(g);
         if (!c) return nb_last_status();
@@ -141,7 +157,7 @@ static nb_status run_node(nb_node *n, node_list *ready)
         if (!grad_in[i] || (!e->fn && !e->leaf)) continue;
         nb_tensor *gi = fit_grad(grad_in[i], e, n->op);
         if (!gi) st = nb_last_status();
-        else if (e->leaf) st = accumulate_leaf(e->leaf, gi);
+        else if (e->leaf) st = accumulate_leaf(e->leaf, gi, true);
         else st = add_to_buffer(e->fn, gi);
     }
     free(grad_in);
@@ -203,7 +219,7 @@ nb_status nb_backward(nb_tensor *t, const nb_tensor *grad, int flags)
         if (!g) st = nb_last_status();
     }
     nb_node *root = st == NB_OK ? nb__view_refresh(t) : NULL;
-    if (st == NB_OK && !root) st = accumulate_leaf(t, g);
+    if (st == NB_OK && !root) st = accumulate_leaf(t, g, false);
     else if (st == NB_OK) st = run_graph(root, g, flags);
     nb_scope_end(s);
     nb_set_grad_enabled(prev);
