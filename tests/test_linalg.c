@@ -1,6 +1,7 @@
 /* Matrix products: matmul, mm, bmm, addmm, linear against PyTorch (tests/ref/cases_linalg.py) on
  * contiguous, non-contiguous and column-major operands, gradients against PyTorch and finite
- * differences, the BLAS path of the gemm kernel against its reference loop, OpenBLAS's kernel
+ * differences, the BLAS path of the gemm kernel (OpenBLAS, and oneDNN's sgemm for float32 NN and
+ * TN products) against its reference loop, OpenBLAS's kernel
  * selection, and the error messages. */
 #include <math.h>
 #include <stdio.h>
@@ -230,6 +231,11 @@ static void test_blas_vs_reference(void **state)
         compare_paths(2, 131, 129, 260, (int[]){L_COL, L_ROW, L_COL}, 1.5, 1, dt);
         compare_paths(64, 9, 17, 12, (int[]){L_BCAST, L_ROW, L_ROW}, 1, 0, dt);
         compare_paths(37, 1, 5, 40, (int[]){L_STRIDED, L_BCAST, L_COL}, -1, 0.5, dt);
+        /* a linear layer's backward shapes (NN: dX = dY @ W, TN: dW = dY^T @ X), which float32
+         * sends to oneDNN's sgemm, on its threads */
+        compare_paths(1, 48, 700, 530, (int[]){L_ROW, L_ROW, L_ROW}, 1, 0, dt);
+        compare_paths(1, 530, 700, 48, (int[]){L_COL, L_ROW, L_ROW}, 1, 1, dt);
+        compare_paths(1, 530, 70, 48, (int[]){L_COL, L_ROW, L_COL}, -0.5, 0, dt);
     }
 }
 
