@@ -144,6 +144,18 @@ expect 2 '--warmup: expected an integer >= 0' "$nabla" bench --model cnn --warmu
 expect 2 '--batch-size: expected an integer >= 1' "$nabla" bench --model cnn --batch-size 0
 expect 2 'bench: unknown format "xml"' "$nabla" bench --model cnn --format xml
 expect 2 'unknown option --epochs' "$nabla" bench --model cnn --epochs 1
+expect 2 'bench: unknown --profile "gpu" (expected host or sync)' "$nabla" bench --model cnn --profile gpu
+
+# ---- --profile: the per-op table on stderr, stdout untouched (one json line); one iteration of
+# the zoo's cnn runs one optimizer step and one weight-gradient convolution per conv layer (two) ----
+if "$nabla" bench --model cnn --threads 1 "${tinier[@]}" --format json --profile host > pj.txt 2> pe.txt &&
+    [[ $(wc -l < pj.txt) -eq 1 ]] && grep -q '^cnn, 1 thread, 1 timed iterations (--profile host):' pe.txt &&
+    grep -Eq '^conv2d_backward_weight +2 ' pe.txt && grep -Eq '^optimizer_step +1 ' pe.txt &&
+    grep -q '^(not in ops)' pe.txt; then
+    pass "--profile host: per-op table, $(grep -c . pe.txt) lines (cnn's two conv layers: 2 weight gradients)"
+else
+    fail "--profile host: $(head -c 600 pe.txt)"
+fi
 expect 2 'unknown device "tpu"' "$nabla" bench --model cnn --device tpu
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
