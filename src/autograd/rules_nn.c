@@ -51,7 +51,10 @@ nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *gw = nb__tensor_new(w->shape, 4, w->dtype, dev);
     nb_tensor *gb = gb_needed ? nb__tensor_new(w->shape, 1, w->dtype, dev) : NULL;
     nb_status st = gw && (gb || !gb_needed) ? NB_OK : nb_last_status();
-    nb_kargs k = {.out = gw, .out2 = gb, .in = {gc, x}, .i0 = node->i0, .i1 = node->i1};
+    /* flag: gc went to CONV2D_BACKWARD_INPUT just before, unchanged (a backend may reuse its
+     * layout conversion of it) */
+    nb_kargs k = {.out = gw, .out2 = gb, .in = {gc, x}, .i0 = node->i0, .i1 = node->i1,
+                  .flag = grad_in[0] != NULL};
     if (st == NB_OK) st = nb__dispatch(NB_OP_CONV2D_BACKWARD_WEIGHT, &k);
     if (st != NB_OK) {
         nb__release(gw);

@@ -51,6 +51,10 @@ static struct {
     int next_evict;
     void *scratch[MAX_ARGS]; /* reorder buffers, one per argument slot, grown on demand */
     size_t scratch_size[MAX_ARGS];
+    /* What scratch[0] holds: the input at memo_ptr reordered to memo_md (when memo_valid). */
+    bool memo_valid;
+    const void *memo_ptr;
+    dnnl_memory_desc_t memo_md;
 } ctx = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static atomic_bool enabled = true;
@@ -285,6 +289,7 @@ static nb_status reorder(const char *op, dnnl_memory_t from, const dnnl_memory_d
 static void *scratch(const char *op, int i, size_t n)
 {
     if (ctx.scratch_size[i] < n) {
+        if (i == 0) ctx.memo_valid = false;
         free(ctx.scratch[i]);
         ctx.scratch_size[i] = 0;
         ctx.scratch[i] = aligned_alloc(64, (n + 63) / 64 * 64);
@@ -295,8 +300,10 @@ static void *scratch(const char *op, int i, size_t n)
 }
 
 /* Runs pr on the user's buffers (NULL: argument absent), reordering those whose layout differs
- * from the one pr wants, and waits. Call under ctx.lock. */
-static nb_status execute(const char *op, const prim *pr, void *const *ptr)
+ * from the one pr wants, and waits. reuse0: argument 0 is the same, unchanged buffer as the
+ * argument 0 of the previous call, so that when scratch[0] still holds it in the wanted layout
+ * its reorder is skipped. Call under ctx.lock. */
+static nb_status execute(const char *op, const prim *pr, void *const *ptr, bool reuse0)
 {
     dnnl_exec_arg_t args[MAX_ARGS];
     dnnl_memory_t user[MAX_ARGS] = {0}, mem[MAX_ARGS] = {0};
@@ -313,7 +320,15 @@ static nb_status execute(const char *op, const prim *pr, void *const *ptr)
         void *buf = scratch(op, i, dnnl_memory_desc_get_size(&pr->want[i]));
         st = buf ? nb__dnnl_check(op, "dnnl_memory_create", dnnl_memory_create(&mem[i], &pr->want[i], ctx.engine, buf))
                  : NB_ERR_OOM;
-        if (st == NB_OK && !pr->out[i]) st = reorder(op, user[i], pr->user[i], mem[i], &pr->want[i]);
+        bool held = i == 0 && reuse0 && !pr->out[0] && ctx.memo_valid && ctx.memo_ptr == ptr[0] &&
+                    dnnl_memory_desc_equal(&ctx.memo_md, &pr->want[0]);
+        if (i == 0) ctx.memo_valid = false;
+        if (st == NB_OK && !pr->out[i] && !held) st = reorder(op, user[i], pr->user[i], mem[i], &pr->want[i]);
+        if (st == NB_OK && i == 0 && !pr->out[0]) {
+            ctx.memo_valid = true;
+            ctx.memo_ptr = ptr[0];
+            ctx.memo_md = pr->want[0];
+        }
         if (st == NB_OK) args[na++] = (dnnl_exec_arg_t){pr->arg[i], mem[i]};
     }
     if (st == NB_OK) st = nb__dnnl_check(op, "dnnl_primitive_execute", dnnl_primitive_execute(pr->p, ctx.stream, na, args));
@@ -336,7 +351,7 @@ nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const flo
     conv_entry *e = lookup(g, b != NULL, relu, &st);
     if (e) {
         void *ptr[] = {(void *)x, (void *)w, (void *)b, y};
-        st = execute("conv2d", &e->fwd, ptr);
+        st = execute("conv2d", &e->fwd, ptr, false);
     }
     pthread_mutex_unlock(&ctx.lock);
     return st;
@@ -351,14 +366,14 @@ nb_status nb__dnnl_conv_backward_data(const nb_conv_geom *g, const float *gy, co
     if (e && !e->bwd_data.p) st = make_bwd_data(e);
     if (e && st == NB_OK) {
         void *ptr[] = {(void *)gy, (void *)w, gx};
-        st = execute("conv2d_backward_input", &e->bwd_data, ptr);
+        st = execute("conv2d_backward_input", &e->bwd_data, ptr, false);
     }
     pthread_mutex_unlock(&ctx.lock);
     return st;
 }
 
 nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw,
-                                         float *gb)
+                                         float *gb, bool gy_again)
 {
     NB_TRY(ensure_init("conv2d_backward_weight"));
     nb_status st = NB_OK;
@@ -367,7 +382,7 @@ nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy,
     if (e && !e->bwd_weights.p) st = make_bwd_weights(e);
     if (e && st == NB_OK) {
         void *ptr[] = {(void *)gy, (void *)x, gw, gb};
-        st = execute("conv2d_backward_weight", &e->bwd_weights, ptr);
+        st = execute("conv2d_backward_weight", &e->bwd_weights, ptr, gy_again);
     }
     pthread_mutex_unlock(&ctx.lock);
     return st;

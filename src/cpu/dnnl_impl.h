@@ -30,7 +30,9 @@ nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
 nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                                 float *y);
 nb_status nb__dnnl_conv_backward_data(const nb_conv_geom *g, const float *gy, const float *w, float *gx);
+/* gy_again: gy is the same, unchanged buffer as in the nb__dnnl_conv_backward_data call just
+ * before, so its reorder into oneDNN's layout can be reused when nothing came in between. */
 nb_status nb__dnnl_conv_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw,
-                                         float *gb);
+                                         float *gb, bool gy_again);
 
 #endif

@@ -150,7 +150,8 @@ static nb_status backward_weights(const nb_kargs *a)
         return NB_OK;
     }
     if (nb__dnnl_enabled())
-        return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+        return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
+                                              a->flag);
     ref_backward_weights_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     return NB_OK;
 }
