@@ -191,10 +191,23 @@ def time_net(net, threads, args, device_name):
     for _ in range(args.warmup):
         loss = net.iterate()
     t = []
+    prof = None
+    if args.profile:  # the per-op table on stderr, as `nabla bench --profile`
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if net.device.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        prof = torch.profiler.profile(activities=acts)
+        prof.__enter__()
     for _ in range(args.iters):
         t0 = time.perf_counter()
         loss = net.iterate()
         t.append(time.perf_counter() - t0)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        key = "self_cuda_time_total" if net.device.type == "cuda" else "self_cpu_time_total"
+        print(f"\n{net.name}, {threads} thread{'s' if threads != 1 else ''}, {args.iters} timed iterations "
+              f"(torch.profiler):", file=sys.stderr)
+        print(prof.key_averages().table(sort_by=key, row_limit=25), file=sys.stderr)
     t.sort()
     spec = SPECS[net.name]
     med = quantile(t, 0.5)
@@ -242,6 +255,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default="synthetic", choices=["synthetic", "real"])
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="print torch.profiler's per-op table (self time) on stderr after each network")
     args = ap.parse_args()
     models = args.model.split(",")
     for m in models:
