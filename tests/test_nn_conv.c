@@ -134,7 +134,7 @@ static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
 
 static void test_pytorch_cases(void **state)
 {
-    nbt_run_reference("nn", 48, run_case);
+    nbt_run_reference("nn", 50, run_case);
 }
 
 /* The float64 cases' gradients against central differences, on cases with inputs of at most

@@ -46,13 +46,13 @@ static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
  * branch on it mispredicts about every other tap. The columns' clipped windows [xlo, xhi) are
  * computed once per call. */
 #define MAX_ROW(T)                                                                                 \
-    HOT static void max_row_##T(const pool_geom *g, const T *xp, int64_t oy, const int64_t *xlo,   \
-                                const int64_t *xhi, T *yr, int64_t *ir)                            \
+    HOT static void max_row_##T(const pool_geom *g, const T *xp, int64_t oy, int64_t oxa, int64_t oxb, \
+                                const int64_t *xlo, const int64_t *xhi, T *yr, int64_t *ir)        \
     {                                                                                              \
         int64_t y0 = oy * g->sh - g->ph, y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h;               \
         y0 = y0 < 0 ? 0 : y0;                                                                      \
         int64_t w = g->w;                                                                          \
-        for (int64_t ox = 0; ox < g->ow; ox++) {                                                   \
+        for (int64_t ox = oxa; ox < oxb; ox++) {                                                   \
             T m = (T)-INFINITY;                                                                    \
             int64_t bi = -1;                                                                       \
             for (int64_t iy = y0; iy < y1; iy++) {                                                 \
@@ -74,12 +74,13 @@ MAX_ROW(double)
 
 #define PLANE_CHUNK 512
 
-/* The same when no window is clipped (no padding, none past the edge): a plane's outputs in one
- * flat run, base[i] the input index of output i's window corner, toff the taps' offsets from it
- * in window order. Each tap is one pass over the run (a gather, which vectorises). */
+/* The same for outputs whose windows are not clipped: a run of outputs, base[i] the input index
+ * of run element i's window corner, ypos[i] its output's index in the plane, toff the taps'
+ * offsets from the corner in window order. Each tap is one pass over the run (a gather, which
+ * vectorises). */
 #define MAX_PLANE(T)                                                                               \
-    HOT static void max_plane_##T(const T *xp, const int32_t *base, int64_t nout, const int32_t *toff, \
-                                  int64_t ntaps, T *y, int64_t *idx)                               \
+    HOT static void max_plane_##T(const T *xp, const int32_t *base, const int32_t *ypos, int64_t nout, \
+                                  const int32_t *toff, int64_t ntaps, T *y, int64_t *idx)          \
     {                                                                                              \
         T m[PLANE_CHUNK];                                                                          \
         int32_t bi[PLANE_CHUNK];                                                                   \
@@ -97,27 +98,21 @@ MAX_ROW(double)
                     bi[i] = take ? j : bi[i];                                                      \
                 }                                                                                  \
             }                                                                                      \
-            for (int64_t i = 0; i < n; i++) y[c0 + i] = m[i], idx[c0 + i] = bi[i];                 \
+            for (int64_t i = 0; i < n; i++) y[ypos[c0 + i]] = m[i], idx[ypos[c0 + i]] = bi[i];     \
         }                                                                                          \
     }
 
 MAX_PLANE(float)
 MAX_PLANE(double)
 
-/* Whether no window of g is clipped by the input's edges (and a plane's indices fit in 32 bits). */
-static bool unclipped(const pool_geom *g)
+/* The outputs whose windows lie inside the input, along one axis of input size n, output size
+ * on: [*lo, *hi) (empty when none). */
+static void interior(int64_t n, int64_t on, int64_t k, int64_t s, int64_t p, int64_t *lo, int64_t *hi)
 {
-    return g->ph == 0 && g->pw == 0 && (g->oh - 1) * g->sh + g->kh <= g->h && (g->ow - 1) * g->sw + g->kw <= g->w &&
-           g->h * g->w <= INT32_MAX;
-}
-
-/* base (oh * ow) and toff (kh * kw) of an unclipped geometry. */
-static void plane_offsets(const pool_geom *g, int32_t *base, int32_t *toff)
-{
-    for (int64_t oy = 0; oy < g->oh; oy++)
-        for (int64_t ox = 0; ox < g->ow; ox++) base[oy * g->ow + ox] = (int32_t)(oy * g->sh * g->w + ox * g->sw);
-    for (int64_t ky = 0; ky < g->kh; ky++)
-        for (int64_t kx = 0; kx < g->kw; kx++) toff[ky * g->kw + kx] = (int32_t)(ky * g->w + kx);
+    int64_t a = (p + s - 1) / s, b = on;                 /* first o with o s - p >= 0 */
+    while (b > a && (b - 1) * s - p + k > n) b--;         /* last o with o s - p + k <= n */
+    *lo = a < on ? a : on;
+    *hi = b > *lo ? b : *lo;
 }
 
 /* Column ox's window clipped to the input: [xlo, xhi). */
@@ -130,24 +125,54 @@ static void col_windows(const pool_geom *g, int64_t *xlo, int64_t *xhi)
     }
 }
 
-/* flat (unclipped): scratch holds oh ow + kh kw int32 (plane_offsets); otherwise cols holds
- * 2 ow int64 (col_windows). */
+/* Scratch of max_fwd: the interior's window corners and output positions (2 x its size, int32)
+ * and the taps' offsets (kh kw int32), then the clipped column windows (2 ow int64). */
+static size_t max_scratch_bytes(const pool_geom *g, int64_t nin)
+{
+    size_t n32 = (size_t)(2 * nin + g->kh * g->kw);
+    return (n32 + 1) / 2 * 2 * sizeof(int32_t) + (size_t)(2 * g->ow) * sizeof(int64_t);
+}
+
+/* The interior rectangle of g: rows [r[0], r[1]) x columns [r[2], r[3]) (empty when a plane's
+ * indices do not fit in 32 bits); returns its size. */
+static int64_t max_interior(const pool_geom *g, int64_t *r)
+{
+    interior(g->h, g->oh, g->kh, g->sh, g->ph, &r[0], &r[1]);
+    interior(g->w, g->ow, g->kw, g->sw, g->pw, &r[2], &r[3]);
+    if (g->h * g->w > INT32_MAX) r[1] = r[0], r[3] = r[2];
+    return (r[1] - r[0]) * (r[3] - r[2]);
+}
+
+/* Per plane: the outputs whose windows are inside the input (the interior rectangle) in one
+ * max_plane run, the border ones (padding, or a window past the edge) through max_row. */
 #define MAX_FWD(T)                                                                                 \
-    static void max_fwd_##T(pool_geom g, const T *x, T *y, int64_t *idx, bool flat, int32_t *scratch, \
-                            int64_t *cols)                                                         \
+    static void max_fwd_##T(pool_geom g, const T *x, T *y, int64_t *idx, void *scratch)            \
     {                                                                                              \
-        int64_t nout = g.oh * g.ow;                                                                \
-        if (flat) plane_offsets(&g, scratch, scratch + nout);                                      \
-        else col_windows(&g, cols, cols + g.ow);                                                   \
+        int64_t nout = g.oh * g.ow, r[4], nin = max_interior(&g, r);                               \
+        int32_t *base = scratch, *ypos = base + nin, *toff = ypos + nin;                           \
+        size_t n32 = (size_t)(2 * nin + g.kh * g.kw);                                              \
+        int64_t *cols = (int64_t *)(void *)(base + (n32 + 1) / 2 * 2);                             \
+        for (int64_t oy = r[0], i = 0; oy < r[1]; oy++)                                            \
+            for (int64_t ox = r[2]; ox < r[3]; ox++, i++) {                                        \
+                base[i] = (int32_t)((oy * g.sh - g.ph) * g.w + ox * g.sw - g.pw);                  \
+                ypos[i] = (int32_t)(oy * g.ow + ox);                                               \
+            }                                                                                      \
+        for (int64_t ky = 0; ky < g.kh; ky++)                                                      \
+            for (int64_t kx = 0; kx < g.kw; kx++) toff[ky * g.kw + kx] = (int32_t)(ky * g.w + kx);  \
+        col_windows(&g, cols, cols + g.ow);                                                        \
         PLANES_FOR(g) {                                                                            \
             const T *xp = x + p * g.h * g.w;                                                       \
-            if (flat) {                                                                            \
-                max_plane_##T(xp, scratch, nout, scratch + nout, g.kh * g.kw, y + p * nout, idx + p * nout); \
-                continue;                                                                          \
-            }                                                                                      \
+            T *yp = y + p * nout;                                                                  \
+            int64_t *ip = idx + p * nout;                                                          \
+            if (nin) max_plane_##T(xp, base, ypos, nin, toff, g.kh * g.kw, yp, ip);                \
             for (int64_t oy = 0; oy < g.oh; oy++) {                                                \
-                int64_t o = p * nout + oy * g.ow;                                                  \
-                max_row_##T(&g, xp, oy, cols, cols + g.ow, y + o, idx + o);                        \
+                int64_t o = oy * g.ow;                                                             \
+                if (oy < r[0] || oy >= r[1] || !nin) {                                             \
+                    max_row_##T(&g, xp, oy, 0, g.ow, cols, cols + g.ow, yp + o, ip + o);           \
+                    continue;                                                                      \
+                }                                                                                  \
+                max_row_##T(&g, xp, oy, 0, r[2], cols, cols + g.ow, yp + o, ip + o);               \
+                max_row_##T(&g, xp, oy, r[3], g.ow, cols, cols + g.ow, yp + o, ip + o);            \
             }                                                                                      \
         }                                                                                          \
     }
@@ -242,12 +267,11 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
     switch (op) {
     case NB_OP_MAX_POOL2D: {
         pool_geom g = geom(a->in[0], a->out, a);
-        bool flat = unclipped(&g);
-        size_t bytes = flat ? (size_t)(g.oh * g.ow + g.kh * g.kw) * sizeof(int32_t)
-                            : (size_t)(2 * g.ow) * sizeof(int64_t);
+        int64_t r[4];
+        size_t bytes = max_scratch_bytes(&g, max_interior(&g, r));
         void *scratch = malloc(bytes);
         if (!scratch) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of offsets)", nb__op_name(op), bytes);
-        CALL(max_fwd, g, in0, out, (int64_t *)nb__data(a->out2), flat, scratch, scratch);
+        CALL(max_fwd, g, in0, out, (int64_t *)nb__data(a->out2), scratch);
         free(scratch);
         break;
     }
