@@ -1,7 +1,8 @@
 /* Data: the IDX and CIFAR-10 readers (against the real Fashion-MNIST files, with values computed
  * independently by pure Python, and against crafted files), their error paths, datasets, and the
  * loader (every sample once per epoch, reproducible shuffling, drop_last, normalisation, crop and
- * flip, prefetch == synchronous, shutdown in the middle of an epoch). */
+ * flip, prefetch == synchronous, shutdown in the middle of an epoch), pin_memory on a CPU loader
+ * and pinned memory's errors without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -661,10 +662,12 @@ static void test_loader_augment(void **state)
     nb_dataset_free(d);
 }
 
-/* Two epochs of batches from a loader with shuffling, crop, flip and normalisation. */
-static nb_tensor *all_batches(nb_dataset *d, int prefetch, int64_t *count)
+/* Two epochs of batches from a loader with shuffling, crop, flip and normalisation; *pinned:
+ * whether every batch (x and y) was in pinned memory. */
+static nb_tensor *all_batches(nb_dataset *d, int prefetch, bool pin, int64_t *count, bool *pinned)
 {
     nb_data_loader_params p = nb_data_loader_params_default();
+    p.pin_memory = pin;
     p.batch_size = 5;
     p.shuffle = p.random_crop = p.hflip = true;
     p.crop_padding = 1;
@@ -675,10 +678,14 @@ static nb_tensor *all_batches(nb_dataset *d, int prefetch, int64_t *count)
     nb_data_loader *l = NBT_CHECK(nb_data_loader_create(d, &p));
     nb_tensor *parts[64];
     int n = 0;
+    *pinned = true;
     for (int e = 0; e < 2; e++) {
         nb_tensor *x, *y;
         bool done = false;
-        while (nb_data_loader_next(l, &x, &y, &done) == NB_OK && !done) parts[n++] = nb_flatten(x, 0, -1);
+        while (nb_data_loader_next(l, &x, &y, &done) == NB_OK && !done) {
+            *pinned = *pinned && nb_tensor_is_pinned(x) && nb_tensor_is_pinned(y);
+            parts[n++] = nb_flatten(x, 0, -1);
+        }
     }
     *count = n;
     nb_data_loader_free(l);
@@ -690,8 +697,9 @@ static void test_loader_prefetch_matches(void **state)
     nb_dataset *d = image_dataset(23);
     nb_scope *s = nb_scope_begin();
     int64_t n0, n3;
-    nb_tensor *a = NBT_CHECK(all_batches(d, 0, &n0));
-    nb_tensor *b = NBT_CHECK(all_batches(d, 3, &n3));
+    bool pinned;
+    nb_tensor *a = NBT_CHECK(all_batches(d, 0, false, &n0, &pinned));
+    nb_tensor *b = NBT_CHECK(all_batches(d, 3, false, &n3, &pinned));
     assert_int_equal(n0, 10);
     assert_int_equal(n3, 10);
     assert_int_equal(nb_tensor_numel(a), nb_tensor_numel(b));
@@ -726,6 +734,64 @@ static void test_loader_free_mid_epoch(void **state)
     nb_dataset_free(d);
 }
 
+/* pin_memory on a CPU loader: the same batches as without it; pinned CPU tensors when a GPU is
+ * present, and ignored (as PyTorch's DataLoader ignores it) when there is none. */
+static void test_loader_pin_memory_cpu(void **state)
+{
+    nb_dataset *d = image_dataset(23);
+    nb_scope *s = nb_scope_begin();
+    int64_t n[3];
+    bool pinned[3];
+    nb_tensor *a = NBT_CHECK(all_batches(d, 2, false, &n[0], &pinned[0]));
+    nb_tensor *b = NBT_CHECK(all_batches(d, 2, true, &n[1], &pinned[1]));
+    nb_tensor *c = NBT_CHECK(all_batches(d, 0, true, &n[2], &pinned[2]));
+    for (int i = 0; i < 3; i++) assert_int_equal(n[i], 10);
+    assert_false(pinned[0]);
+    assert_int_equal(pinned[1], nb_cuda_is_available());
+    assert_int_equal(pinned[2], nb_cuda_is_available());
+    size_t nbytes = sizeof(float) * (size_t)nb_tensor_numel(a);
+    assert_int_equal(nb_tensor_numel(a), 2 * 23 * 40); /* two epochs of 23 samples [2, 4, 5] */
+    assert_int_equal(nb_tensor_numel(b), nb_tensor_numel(a));
+    assert_int_equal(nb_tensor_numel(c), nb_tensor_numel(a));
+    assert_memory_equal(nb_tensor_data_ptr(a), nb_tensor_data_ptr(b), nbytes);
+    assert_memory_equal(nb_tensor_data_ptr(a), nb_tensor_data_ptr(c), nbytes);
+    nb_scope_end(s);
+    nb_dataset_free(d);
+}
+
+/* Pinned memory where there is no GPU: pin_memory fails naming the op, as PyTorch raises;
+ * nothing is pinned; a non-blocking copy is nb_to. (With a GPU, test_cuda_pinned covers these.) */
+static void test_pin_memory_without_gpu(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int64_t shape[2] = {2, 3};
+    nb_tensor *t = NBT_CHECK(nb_ones(shape, 2, NULL));
+    assert_false(nb_tensor_is_pinned(t));
+    assert_false(nb_tensor_is_pinned(NULL));
+    NBT_FAILS(nb_tensor_pin_memory(NULL) == NULL, NB_ERR_INVALID_ARG, "pin_memory", NULL);
+    NBT_FAILS(nb_to_non_blocking(NULL, nb_cpu()) == NULL, NB_ERR_INVALID_ARG, "to_non_blocking", NULL);
+    assert_ptr_equal(NBT_CHECK(nb_to_non_blocking(t, nb_cpu())), t);
+    if (nb_cuda_is_available()) {
+        printf("note: a GPU is present; pinned memory is checked by test_cuda_pinned\n");
+        nb_scope_end(s);
+        return;
+    }
+    const char *why = nb_cuda_is_built() ? "no CUDA device is present" : "built without CUDA";
+    NBT_FAILS(nb_tensor_pin_memory(t) == NULL, NB_ERR_DEVICE, "pin_memory", why, NULL);
+    nb_device cuda0 = {NB_DEVICE_CUDA, 0};
+    NBT_FAILS(nb_to_non_blocking(t, cuda0) == NULL, NB_ERR_DEVICE, "cuda:0", NULL);
+    /* a loader for a CUDA device fails at creation, pin_memory or not */
+    nb_dataset *d = image_dataset(4);
+    nb_data_loader_params p = nb_data_loader_params_default();
+    p.device = cuda0;
+    p.pin_memory = true;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_DEVICE, "data_loader", "cuda:0", NULL);
+    p.pin_memory = false;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_DEVICE, "data_loader", "cuda:0", NULL);
+    nb_dataset_free(d);
+    nb_scope_end(s);
+}
+
 static int setup(void **state)
 {
     snprintf(g_tmp, sizeof g_tmp, "%s/nbdataXXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -748,6 +814,7 @@ int main(void)
         cmocka_unit_test(test_loader_epochs),       cmocka_unit_test(test_loader_normalise),
         cmocka_unit_test(test_transforms),          cmocka_unit_test(test_loader_augment),
         cmocka_unit_test(test_loader_prefetch_matches), cmocka_unit_test(test_loader_free_mid_epoch),
+        cmocka_unit_test(test_loader_pin_memory_cpu), cmocka_unit_test(test_pin_memory_without_gpu),
         cmocka_unit_test(test_fashion_mnist_throughput),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -270,6 +270,7 @@ static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_devic
     p.seed = seed;
     p.drop_last = true;
     p.device = dev;
+    p.pin_memory = dev.type == NB_DEVICE_CUDA;
     p.norm_channels = fashion ? 1 : 3;
     const float fm[1] = {0.2860f}, fs[1] = {0.3530f}, cm[3] = {0.4914f, 0.4822f, 0.4465f},
                 cs[3] = {0.2470f, 0.2435f, 0.2616f};

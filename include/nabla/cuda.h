@@ -9,7 +9,8 @@
  * across streams with events (nb_cuda_stream_wait_event).
  *
  * Every function exists in every build. Without the CUDA backend built in (or without a GPU),
- * nb_cuda_device_count is 0 and the others fail with NB_ERR_DEVICE. */
+ * nb_cuda_device_count is 0 and the others fail with NB_ERR_DEVICE (nb_tensor_is_pinned is then
+ * false, and nb_to_non_blocking is nb_to). */
 #ifndef NABLA_CUDA_H
 #define NABLA_CUDA_H
 
@@ -97,11 +98,36 @@ NB_API nb_status nb_cuda_stream_wait_event(nb_stream *s, nb_event *e);
 
 /* Tensor memory comes from a caching allocator (PyTorch's design: 2 MiB segments for requests up
  * to 1 MiB, larger segments split and merged, blocks reused per stream). nb_memory_stats_get gives
- * its counters for a cuda device; this returns the cached, unused segments to the device. */
+ * its counters for a cuda device; this returns the cached, unused segments to the device, and the
+ * idle pinned host blocks (whose copies have completed) to the system. */
 NB_API nb_status nb_cuda_empty_cache(void);
 /* Marks t's memory as used by work on s (not t's allocation stream): when t is freed, the memory
  * is reused only after the work queued on s by then has completed. */
 NB_API nb_status nb_cuda_record_stream(const struct nb_tensor *t, nb_stream *s);
+
+/* ---- pinned host memory and non-blocking copies ------------------------------------------ */
+
+/* Tensor.pin_memory(): a copy of CPU tensor t (contiguous, same dtype and values) in page-locked
+ * host memory (cudaHostAlloc), which the GPU reads by DMA, so that a copy from it to a device can
+ * run while the host goes on (nb_to_non_blocking). t itself (a new reference) when it is already
+ * pinned. The result is a CPU tensor like any other (every CPU op takes it); autograd sees a copy
+ * (CloneBackward0). Pinned blocks are cached and reused (nb_cuda_empty_cache returns the idle
+ * ones); a block is reused only after every copy queued from it has completed.
+ * Errors: NB_ERR_DEVICE ("pin_memory: ...") when nabla was built without CUDA or no GPU is
+ * present (as PyTorch raises), or when t is not on the CPU; NB_ERR_OOM when no page-locked memory
+ * is left. */
+NB_API struct nb_tensor *nb_tensor_pin_memory(const struct nb_tensor *t);
+/* Whether t's memory is pinned host memory (views of a pinned tensor are pinned). False for NULL
+ * and in every build without a GPU. */
+NB_API bool nb_tensor_is_pinned(const struct nb_tensor *t);
+/* t.to(device, non_blocking=True): nb_to, except that the copy of a contiguous pinned CPU tensor
+ * to a CUDA device is queued on the current stream of that device and the call returns at once:
+ * work queued later on that stream sees the values; the host must not write into t until the
+ * copy has completed (synchronize the stream, or an event recorded after the call). The pinned
+ * block is not reused by the allocator before the copy completes, even when t is freed at once.
+ * Every other copy (pageable or non-contiguous source, device to host, device to device) is
+ * synchronous, as nb_to. Errors: those of nb_to. */
+NB_API struct nb_tensor *nb_to_non_blocking(const struct nb_tensor *t, nb_device device);
 
 #ifdef __cplusplus
 }

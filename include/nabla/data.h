@@ -105,8 +105,22 @@ typedef struct nb_data_loader_params {
     /* Batches prepared ahead by a background thread; 0 = prepare each batch in
      * nb_data_loader_next. Default 2. */
     int prefetch;
-    /* Where batches are moved (nb_to) before they are returned. Default the CPU. */
+    /* Where batches are moved (nb_to) before they are returned. Default the CPU. A CUDA device
+     * that nabla was not built with, or that is not present, fails nb_data_loader_create with
+     * NB_ERR_DEVICE ("data_loader: device cuda:0 ..."). */
     nb_device device;
+    /* PyTorch's pin_memory: default false; turn it on when training on a GPU. With a CUDA device,
+     * each batch is built in pinned (page-locked) host memory and its copy to the device is
+     * queued without waiting (nb_to_non_blocking) on a CUDA stream of the loader's own, by the
+     * background thread (with prefetch 0: on the caller's current stream, in
+     * nb_data_loader_next), so that the copy overlaps the caller's work; nb_data_loader_next
+     * makes the caller's current stream wait for the copy and returns without blocking the host,
+     * and the batch's device memory is not reused before the work queued on that stream by the
+     * time it is freed has run. The batches' values are those of the same loader without it.
+     * With the CPU device, batches are pinned CPU tensors (nb_tensor_is_pinned) for the caller's
+     * own nb_to_non_blocking. When there is no GPU (or nabla was built without CUDA) pin_memory
+     * is ignored, as PyTorch's DataLoader ignores it (with a warning) without an accelerator. */
+    bool pin_memory;
 } nb_data_loader_params;
 
 NB_API nb_data_loader_params nb_data_loader_params_default(void);

@@ -52,13 +52,17 @@ nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dtype)
     return record_unary(NB_OP_TO_DTYPE, out, t);
 }
 
-/* Copies a contiguous tensor's bytes to another device. */
-static nb_status transfer(nb_tensor *dst, const nb_tensor *src)
+/* Copies a contiguous tensor's bytes to another device. non_blocking: a copy from pinned host
+ * memory is only queued (the host memory's own hook keeps its block alive until it is done). */
+static nb_status transfer(nb_tensor *dst, const nb_tensor *src, bool non_blocking)
 {
     size_t n = src->storage->nbytes ? (size_t)nb_tensor_numel(src) * nb_dtype_size(src->dtype) : 0;
     if (!n) return NB_OK;
     nb_device sd = src->storage->device, dd = dst->storage->device;
     if (sd.type == NB_DEVICE_CPU) {
+        const nb_host_mem *host = src->storage->host;
+        if (non_blocking && host && host->copy_to_device_async)
+            return host->copy_to_device_async(dd, nb__data(dst), nb__data(src), n);
         const nb_backend *be = nb__backend(dd);
         return be ? be->copy_from_host(dd.index, nb__data(dst), nb__data(src), n) : nb_last_status();
     }
@@ -69,27 +73,55 @@ static nb_status transfer(nb_tensor *dst, const nb_tensor *src)
     /* device to device: through a host buffer */
     nb_tensor *h = nb__tensor_new(src->shape, src->ndim, src->dtype, nb_cpu());
     if (!h) return nb_last_status();
-    nb_status st = transfer(h, src);
-    if (st == NB_OK) st = transfer(dst, h);
+    nb_status st = transfer(h, src, false);
+    if (st == NB_OK) st = transfer(dst, h, false);
     nb__release(h);
     return st;
 }
 
-nb_tensor *nb_to(const nb_tensor *t, nb_device device)
+static nb_tensor *to_device(const char *op, const nb_tensor *t, nb_device device, bool non_blocking)
 {
-    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "to: NULL tensor");
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "%s: NULL tensor", op);
     if (!nb__backend(device)) return NULL;
     if (nb_device_equal(t->storage->device, device)) return nb__track(nb_tensor_retain((nb_tensor *)t));
     nb_tensor *src = nb__is_contiguous(t) ? nb_tensor_retain((nb_tensor *)t) : copy_as(t, t->dtype);
     if (!src) return NULL;
     nb_tensor *out = nb__tensor_new(t->shape, t->ndim, t->dtype, device);
-    nb_status st = out ? transfer(out, src) : nb_last_status();
+    nb_status st = out ? transfer(out, src, non_blocking) : nb_last_status();
     nb__release(src);
     if (st != NB_OK) {
         nb__release(out);
         return NULL;
     }
     return record_unary(NB_OP_TO_DEVICE, out, t);
+}
+
+nb_tensor *nb_to(const nb_tensor *t, nb_device device) { return to_device("to", t, device, false); }
+
+nb_tensor *nb_to_non_blocking(const nb_tensor *t, nb_device device)
+{
+    return to_device("to_non_blocking", t, device, true);
+}
+
+nb_tensor *nb_tensor_pin_memory(const nb_tensor *t)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "pin_memory: NULL tensor");
+    if (t->storage->device.type != NB_DEVICE_CPU) {
+        char d[32];
+        nb_device_str(t->storage->device, d, sizeof d);
+        return nb__err_null(NB_ERR_DEVICE, "pin_memory: the tensor is on %s; only CPU tensors can be pinned", d);
+    }
+    if (t->storage->host) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    const nb_host_mem *host = nb__pinned_mem("pin_memory");
+    if (!host) return NULL;
+    nb_tensor *out = nb__tensor_new_host("pin_memory", t->shape, t->ndim, t->dtype, host);
+    if (!out) return NULL;
+    nb_kargs a = {.out = out, .in = {t}};
+    if (nb__dispatch(NB_OP_COPY, &a) != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    return record_unary(NB_OP_CLONE, out, t);
 }
 
 nb_status nb_copy_(nb_tensor *dst, const nb_tensor *src)

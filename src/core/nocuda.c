@@ -1,9 +1,7 @@
 /* nabla/cuda.h in a build without the CUDA backend: no devices, and every call that needs one
  * fails with NB_ERR_DEVICE, so that device-agnostic programs compile and run everywhere. */
 #ifndef NB_HAVE_CUDA
-#include "core/error_impl.h"
-#include "nabla/cuda.h"
-#include "nabla/tensor.h"
+#include "core/tensor_impl.h"
 
 #define NOT_BUILT(fn) "%s: this nabla was built without CUDA (configure with -DNABLA_CUDA=ON)", fn
 
@@ -60,4 +58,8 @@ nb_status nb_cuda_record_stream(const nb_tensor *t, nb_stream *s)
 {
     return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_record_stream"));
 }
+
+/* No pinned memory: nb_tensor_pin_memory fails with this error, nb_tensor_is_pinned is false
+ * and nb_to_non_blocking is nb_to (src/core/copyops.c, tensor.c). */
+const nb_host_mem *nb__pinned_mem(const char *op) { return nb__err_null(NB_ERR_DEVICE, NOT_BUILT(op)); }
 #endif

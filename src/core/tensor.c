@@ -8,14 +8,15 @@
 /* Larger than any tensor a machine can hold: catches overflowing shape products early. */
 #define NB_MAX_BYTES ((size_t)1 << 46)
 
-nb_storage *nb__storage_new(size_t nbytes, nb_device device)
+/* Storage from the device's allocator, or (host non-NULL) CPU storage from host's. */
+static nb_storage *storage_new(size_t nbytes, nb_device device, const nb_host_mem *host)
 {
-    const nb_backend *be = nb__backend(device);
-    if (!be) return NULL;
+    const nb_backend *be = host ? NULL : nb__backend(device);
+    if (!host && !be) return NULL;
     nb_storage *s = calloc(1, sizeof *s);
     if (!s) return nb__err_null(NB_ERR_OOM, "out of host memory allocating a storage header");
-    s->data = be->alloc(device.index, nbytes);
-    if (!s->data && nbytes > 0) {
+    s->data = host ? host->alloc(nbytes) : be->alloc(device.index, nbytes);
+    if (!s->data && (nbytes > 0 || host)) {
         free(s);
         return NULL;
     }
@@ -23,13 +24,23 @@ nb_storage *nb__storage_new(size_t nbytes, nb_device device)
     atomic_init(&s->version, 0);
     s->nbytes = nbytes;
     s->device = device;
+    s->host = host;
     return s;
+}
+
+nb_storage *nb__storage_new(size_t nbytes, nb_device device) { return storage_new(nbytes, device, NULL); }
+
+nb_storage *nb__storage_new_host(size_t nbytes, const nb_host_mem *host)
+{
+    return storage_new(nbytes, nb_cpu(), host);
 }
 
 void nb__storage_release(nb_storage *s)
 {
     if (!s || atomic_fetch_sub(&s->refcount, 1) != 1) return;
-    if (!s->borrowed) {
+    if (s->host) {
+        s->host->free(s->data, s->nbytes);
+    } else if (!s->borrowed) {
         const nb_backend *be = nb__backend(s->device);
         if (be) be->free(s->device.index, s->data, s->nbytes);
     }
@@ -68,13 +79,14 @@ nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_dev
     return nb__tensor_new_named("empty", shape, ndim, dtype, device);
 }
 
-nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device)
+static nb_tensor *tensor_new(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device,
+                             const nb_host_mem *host)
 {
     size_t nbytes;
     if (check_shape(op, shape, ndim, dtype, &nbytes) != NB_OK) return NULL;
     nb_tensor *t = calloc(1, sizeof *t);
     if (!t) return nb__err_null(NB_ERR_OOM, "out of host memory allocating a tensor");
-    t->storage = nb__storage_new(nbytes, device);
+    t->storage = storage_new(nbytes, device, host);
     if (!t->storage) {
         free(t);
         return NULL;
@@ -86,6 +98,18 @@ nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, 
     nb__contiguous_strides(t->shape, ndim, t->strides);
     return t;
 }
+
+nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device)
+{
+    return tensor_new(op, shape, ndim, dtype, device, NULL);
+}
+
+nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, const nb_host_mem *host)
+{
+    return tensor_new(op, shape, ndim, dtype, nb_cpu(), host);
+}
+
+bool nb_tensor_is_pinned(const nb_tensor *t) { return t && t->storage->host; }
 
 nb_tensor *nb__tensor_alias(const nb_tensor *src, const int64_t *shape, const int64_t *strides,
                             int ndim, int64_t offset)

@@ -10,6 +10,23 @@
 struct nb_node;
 struct nb_backend;
 
+/* Host memory that does not come from the CPU allocator: page-locked ("pinned") memory from the
+ * CUDA backend (src/cuda/pinned.c). Storage over it is CPU storage for every op; it is released
+ * through `free`, and a copy from it to a device may be queued without the host waiting. */
+typedef struct nb_host_mem {
+    const char *name; /* "pinned" */
+    void *(*alloc)(size_t nbytes); /* NULL with the error set */
+    void (*free)(void *data, size_t nbytes);
+    /* Queues the copy of nbytes from src (inside a block of this memory) to dst on device d, on
+     * the calling thread's current stream of d, and keeps src's block from being reused (after
+     * it is freed) until the copy has completed. Returns at once. */
+    nb_status (*copy_to_device_async)(nb_device d, void *dst, const void *src, size_t nbytes);
+} nb_host_mem;
+
+/* The CUDA backend's pinned host memory, or NULL with an NB_ERR_DEVICE error naming op when
+ * nabla was built without CUDA or no GPU is present (src/cuda/pinned.c, src/core/nocuda.c). */
+const nb_host_mem *nb__pinned_mem(const char *op);
+
 /* Memory shared by a tensor and its views. The version counter lives here, so that every view
  * sees in-place changes made through any other. */
 typedef struct nb_storage {
@@ -19,6 +36,7 @@ typedef struct nb_storage {
     nb_device device;
     atomic_uint_fast64_t version;
     bool borrowed; /* data is not ours to free (never set today; room for from_blob) */
+    const nb_host_mem *host; /* CPU storage from special host memory (pinned), else NULL */
 } nb_storage;
 
 struct nb_tensor {
@@ -46,11 +64,15 @@ struct nb_tensor {
 /* ---- construction (internal: these return caller-owned references, never scope-tracked) --- */
 
 nb_storage *nb__storage_new(size_t nbytes, nb_device device); /* error set on failure */
+/* CPU storage from special host memory (e.g. nb__pinned_mem); error set on failure. */
+nb_storage *nb__storage_new_host(size_t nbytes, const nb_host_mem *host);
 void nb__storage_release(nb_storage *s);
 /* A contiguous tensor with fresh, uninitialised storage. */
 nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
 /* The same, naming op in the error message of a bad shape. */
 nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
+/* A contiguous CPU tensor in special host memory (pinned), naming op in errors. */
+nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, const nb_host_mem *host);
 /* A tensor struct over t's storage with the given geometry (a view: base set, no autograd). */
 nb_tensor *nb__tensor_alias(const nb_tensor *t, const int64_t *shape, const int64_t *strides,
                             int ndim, int64_t offset);

@@ -123,6 +123,7 @@ nb_status nb_cuda_empty_cache(void)
         pthread_mutex_unlock(&g_lock);
         if (p) nb__devpool_empty_cache(p);
     }
+    nb__cuda_pinned_empty_cache();
     return NB_OK;
 }
 

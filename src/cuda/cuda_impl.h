@@ -42,6 +42,8 @@ void nb__cuda_leave(int prev);
 void *nb__cuda_alloc(int index, size_t nbytes);
 void nb__cuda_free(int index, void *p, size_t nbytes);
 nb_status nb__cuda_memory_stats(int index, nb_memory_stats *out);
+/* Returns the idle pinned host blocks whose copies have completed (src/cuda/pinned.c). */
+void nb__cuda_pinned_empty_cache(void);
 
 /* A kernel-side description of a tensor whose strides follow out's shape (0 where broadcast). */
 nb_cuda_desc nb__cuda_desc(const nb_tensor *t, const nb_tensor *like);

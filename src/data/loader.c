@@ -1,6 +1,13 @@
 /* The data loader: batches of a dataset in a seeded order, augmented and normalised, prepared
  * by a background thread (a bounded queue of `prefetch` batches) while the caller trains.
  *
+ * pin_memory with a CUDA device: batches are built in pinned host memory and their copies queued
+ * (nb_to_non_blocking) on a stream of the loader's own from the background thread, followed by an
+ * event; nb_data_loader_next makes the caller's current stream wait for that event and marks the
+ * batch as used on it (nb_cuda_record_stream), so that the device memory, which belongs to the
+ * loader's stream, is reused only after the caller's work on it. The pinned blocks are released
+ * as soon as the copies are queued: the pinned allocator reuses them only after the copies ran.
+ *
  * Reproducibility: the order of epoch e is a Fisher-Yates shuffle driven by hash(seed, e), and
  * the augmentation of the k-th sample of epoch e by hash(seed, e, k); both are independent of
  * which thread builds a batch and when. */
@@ -10,12 +17,14 @@
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
 #include "data/data_impl.h"
+#include "nabla/cuda.h"
 #include "nabla/data.h"
 
 #define MAX_PREFETCH 64
 
 typedef struct batch {
     nb_tensor *x, *y; /* untracked references */
+    nb_event *ready;  /* recorded after x and y were queued for the device (pinned, threaded) */
     nb_status status;
     char msg[512];
 } batch;
@@ -28,6 +37,8 @@ struct nb_data_loader {
     int64_t in_shape[NB_MAX_DIMS], out_shape[NB_MAX_DIMS + 1]; /* out_shape[0] is the batch */
     int64_t in_numel, out_numel;
     float *scratch; /* one input sample, for the crop */
+    const nb_host_mem *pinned; /* batches built in pinned memory (pin_memory with a GPU), else NULL */
+    nb_stream *stream;         /* the background thread's copies to a CUDA device (pinned only) */
     int64_t *perm;
     int64_t epoch, cons_pos;
     /* the background thread's state, under mu */
@@ -48,6 +59,7 @@ nb_data_loader_params nb_data_loader_params_default(void)
     p.batch_size = 64;
     p.prefetch = 2;
     p.device = nb_cpu();
+    p.pin_memory = false;
     return p;
 }
 
@@ -110,7 +122,39 @@ static nb_status load_sample(nb_data_loader *l, int64_t epoch, int64_t k, float 
     return NB_OK;
 }
 
-/* Builds batch b of `epoch` into *out; on failure out->status/msg hold the error. */
+static nb_tensor *host_tensor(const nb_data_loader *l, const int64_t *shape, int ndim, nb_dtype dtype)
+{
+    return l->pinned ? nb__tensor_new_host("data_loader", shape, ndim, dtype, l->pinned)
+                     : nb__tensor_new_named("data_loader", shape, ndim, dtype, nb_cpu());
+}
+
+/* Queues the copies of a pinned batch to the CUDA device on the calling thread's current stream
+ * (the loader's stream on the background thread), then an event on l->stream when there is one;
+ * out then holds the device tensors. */
+static nb_status queue_to_device(nb_data_loader *l, batch *out)
+{
+    /* a private scope: on the caller's thread (prefetch 0) a scope of the caller may be open */
+    nb_scope *s = nb_scope_begin();
+    if (!s) return nb_last_status();
+    nb_tensor *dx = nb_to_non_blocking(out->x, l->p.device);
+    nb_tensor *dy = dx ? nb_to_non_blocking(out->y, l->p.device) : NULL;
+    nb_status st = dy ? NB_OK : nb_last_status();
+    if (st == NB_OK && l->stream) {
+        out->ready = nb_cuda_event_create(false);
+        st = out->ready ? nb_cuda_event_record(out->ready, l->stream) : nb_last_status();
+    }
+    if (st == NB_OK) {
+        nb__release(out->x); /* the pinned blocks wait for the copies before any reuse */
+        nb__release(out->y);
+        out->x = nb_tensor_retain(dx);
+        out->y = nb_tensor_retain(dy);
+    }
+    nb_scope_end(s);
+    return st;
+}
+
+/* Builds batch b of `epoch` into *out (on the loader's device when the batch is pinned and the
+ * device is CUDA, else on the CPU); on failure out->status/msg hold the error. */
 static void make_batch(nb_data_loader *l, int64_t epoch, int64_t b, batch *out)
 {
     int64_t start = b * l->p.batch_size;
@@ -118,18 +162,31 @@ static void make_batch(nb_data_loader *l, int64_t epoch, int64_t b, batch *out)
     int64_t shape[NB_MAX_DIMS + 1];
     memcpy(shape, l->out_shape, sizeof shape);
     shape[0] = bs;
-    out->x = nb__tensor_new_named("data_loader", shape, l->out_ndim, NB_FLOAT32, nb_cpu());
-    out->y = out->x ? nb__tensor_new_named("data_loader", &bs, 1, NB_INT64, nb_cpu()) : NULL;
+    out->ready = NULL;
+    out->x = host_tensor(l, shape, l->out_ndim, NB_FLOAT32);
+    out->y = out->x ? host_tensor(l, &bs, 1, NB_INT64) : NULL;
     out->status = out->y ? NB_OK : nb_last_status();
     float *xs = out->y ? (float *)nb__data(out->x) : NULL;
     for (int64_t k = 0; k < bs && out->status == NB_OK; k++)
         out->status = load_sample(l, epoch, start + k, xs + k * l->out_numel, (int64_t *)nb__data(out->y) + k);
+    if (out->status == NB_OK && l->pinned && l->p.device.type == NB_DEVICE_CUDA) out->status = queue_to_device(l, out);
     if (out->status != NB_OK) {
         snprintf(out->msg, sizeof out->msg, "%s", nb_last_error());
         nb__release(out->x);
         nb__release(out->y);
+        nb_cuda_event_free(out->ready);
         out->x = out->y = NULL;
+        out->ready = NULL;
     }
+}
+
+static void release_batch(batch *b)
+{
+    nb__release(b->x);
+    nb__release(b->y);
+    nb_cuda_event_free(b->ready);
+    b->x = b->y = NULL;
+    b->ready = NULL;
 }
 
 /* ---- the background thread ---------------------------------------------------------------- */
@@ -137,6 +194,8 @@ static void make_batch(nb_data_loader *l, int64_t epoch, int64_t b, batch *out)
 static void *producer(void *arg)
 {
     nb_data_loader *l = arg;
+    /* this thread's copies and device memory go to the loader's stream (create checked it) */
+    if (l->stream) nb_cuda_set_stream(l->stream);
     pthread_mutex_lock(&l->mu);
     for (;;) {
         while (!l->quit && (l->prod_pos >= l->nbatches || l->qcount == l->p.prefetch))
@@ -151,8 +210,7 @@ static void *producer(void *arg)
         pthread_mutex_lock(&l->mu);
         l->busy = false;
         if (gen != l->gen) { /* the epoch was restarted meanwhile */
-            nb__release(out.x);
-            nb__release(out.y);
+            release_batch(&out);
         } else {
             l->queue[(l->qhead + l->qcount) % l->p.prefetch] = out;
             l->qcount++;
@@ -165,10 +223,8 @@ static void *producer(void *arg)
 
 static void drain_queue(nb_data_loader *l)
 {
-    for (; l->qcount > 0; l->qcount--, l->qhead = (l->qhead + 1) % l->p.prefetch) {
-        nb__release(l->queue[l->qhead].x);
-        nb__release(l->queue[l->qhead].y);
-    }
+    for (; l->qcount > 0; l->qcount--, l->qhead = (l->qhead + 1) % l->p.prefetch)
+        release_batch(&l->queue[l->qhead]);
     l->qhead = 0;
 }
 
@@ -238,7 +294,12 @@ static nb_status check_params(const nb_data_loader *l)
             return nb__err(NB_ERR_INVALID_ARG, "data_loader: crop_size %lld with padding %lld does not fit %lldx%lld images",
                            (long long)cs, (long long)p->crop_padding, (long long)h, (long long)w);
     }
-    return nb_device_check(p->device);
+    if (nb_device_check(p->device) != NB_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", nb_last_error());
+        return nb__err(nb_last_status(), "data_loader: %s", msg);
+    }
+    return NB_OK;
 }
 
 static nb_status loader_init(nb_data_loader *l)
@@ -257,11 +318,23 @@ static nb_status loader_init(nb_data_loader *l)
     l->scratch = malloc(sizeof(float) * (size_t)l->in_numel);
     if (!l->perm || !l->scratch) return nb__err(NB_ERR_OOM, "data_loader: out of memory");
     make_perm(l);
+    /* pin_memory without a GPU is ignored, as PyTorch's DataLoader does */
+    if (l->p.pin_memory && nb_cuda_is_available()) {
+        if (!(l->pinned = nb__pinned_mem("data_loader"))) return nb_last_status();
+        if (l->p.device.type == NB_DEVICE_CUDA && l->p.prefetch > 0 &&
+            !(l->stream = nb_cuda_stream_create(l->p.device.index)))
+            return nb_last_status();
+    }
     return NB_OK;
 }
 
 static void loader_destroy(nb_data_loader *l)
 {
+    if (l->stream) {
+        /* the stream's handle may be reused by a later stream: its copies must be over first */
+        if (nb_cuda_stream_synchronize(l->stream) != NB_OK) nb_clear_error();
+        nb_cuda_stream_free(l->stream);
+    }
     free(l->perm);
     free(l->scratch);
     free(l);
@@ -341,7 +414,18 @@ nb_status nb_data_loader_next(nb_data_loader *l, nb_tensor **x, nb_tensor **y, b
     batch b;
     take_batch(l, &b);
     if (b.status != NB_OK) return nb__err(b.status, "%s", b.msg);
-    if (l->p.device.type == NB_DEVICE_CPU) {
+    if (nb_device_equal(nb_tensor_device(b.x), l->p.device)) {
+        if (b.ready) { /* copies queued on the loader's stream: the caller's stream waits for them */
+            nb_stream *cs = nb_cuda_current_stream(l->p.device.index);
+            nb_status st = cs ? nb_cuda_stream_wait_event(cs, b.ready) : nb_last_status();
+            if (st == NB_OK) st = nb_cuda_record_stream(b.x, cs);
+            if (st == NB_OK) st = nb_cuda_record_stream(b.y, cs);
+            if (st != NB_OK) {
+                release_batch(&b);
+                return st;
+            }
+            nb_cuda_event_free(b.ready);
+        }
         *x = nb__track(b.x);
         *y = nb__track(b.y);
         return NB_OK;
