@@ -51,6 +51,7 @@ nb_data_loader_params cli_loader_params(const cli_opts *o, int64_t batch, bool s
     p.shuffle = shuffle;
     p.seed = o->seed;
     p.device = dev;
+    p.pin_memory = dev.type == NB_DEVICE_CUDA; /* batches copied to the GPU in the background */
     p.norm_channels = 1;
     bool fashion = strcmp(o->data, "mnist") != 0;
     p.mean[0] = fashion ? 0.2860f : 0.1307f;

@@ -103,7 +103,6 @@ static int setup(trainer *t)
     if (t->ck && cli_load_model(t->m, t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: resume");
     if (nb_module_to(t->m, t->dev) != NB_OK || !(t->opt = make_optim(t))) return cli_fail_nb(CLI_RUNTIME, "train");
     nb_data_loader_params lp = cli_loader_params(&t->o, t->o.batch_size, true, t->dev);
-    lp.pin_memory = t->dev.type == NB_DEVICE_CUDA; /* batches copied to the GPU while it trains */
     if (!(t->loader = nb_data_loader_create(t->train, &lp))) return cli_fail_nb(CLI_RUNTIME, "train");
     /* the schedule takes its base rate before a resumed optimizer's current rate is loaded */
     int64_t steps = t->o.epochs * nb_data_loader_len(t->loader);
