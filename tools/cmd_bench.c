@@ -580,7 +580,9 @@ int cmd_bench(int argc, char **argv)
     bench *b = calloc(1, sizeof *b);
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
-                       "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir --profile", &b->o);
+                       "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir "
+                       "--profile",
+                       &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {
         if (!strcmp(b->o.format, "csv")) printf("%s\n", csv_header);

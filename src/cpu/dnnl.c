@@ -307,6 +307,9 @@ static nb_status execute(const char *op, const prim *pr, void *const *ptr, bool 
 {
     dnnl_exec_arg_t args[MAX_ARGS];
     dnnl_memory_t user[MAX_ARGS] = {0}, mem[MAX_ARGS] = {0};
+    /* the memo survives only a call that says its argument 0 is the memo's unchanged buffer */
+    bool keep = reuse0 && ctx.memo_valid && ctx.memo_ptr == ptr[0];
+    if (!keep) ctx.memo_valid = false;
     int na = 0;
     nb_status st = NB_OK;
     for (int i = 0; i < pr->nargs && st == NB_OK; i++) {
@@ -320,7 +323,7 @@ static nb_status execute(const char *op, const prim *pr, void *const *ptr, bool 
         void *buf = scratch(op, i, dnnl_memory_desc_get_size(&pr->want[i]));
         st = buf ? nb__dnnl_check(op, "dnnl_memory_create", dnnl_memory_create(&mem[i], &pr->want[i], ctx.engine, buf))
                  : NB_ERR_OOM;
-        bool held = i == 0 && reuse0 && !pr->out[0] && ctx.memo_valid && ctx.memo_ptr == ptr[0] &&
+        bool held = i == 0 && keep && !pr->out[0] && ctx.memo_valid &&
                     dnnl_memory_desc_equal(&ctx.memo_md, &pr->want[0]);
         if (i == 0) ctx.memo_valid = false;
         if (st == NB_OK && !pr->out[i] && !held) st = reorder(op, user[i], pr->user[i], mem[i], &pr->want[i]);

@@ -5,9 +5,10 @@
  *        s1 == 0 overwrites out: its old values (NaN included) are never read. out must not
  *        overlap the inputs. Integer dtypes need integral s0 and s1 and wrap around as C's
  *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
- * float32/float64 go to OpenBLAS (float32 NN and TN products to oneDNN's sgemm, see use_dnnl): a matrix with a unit stride in one of its dims is passed as it
- * is (the other stride as its leading dimension, a transpose flag for column-major), any other
- * is first copied to a contiguous scratch. Integer dtypes take the reference loop, which float
+ * float32/float64 go to OpenBLAS (float32 NN and TN products to oneDNN's sgemm, see use_dnnl):
+ * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
+ * leading dimension, a transpose flag for column-major), any other is first copied to a
+ * contiguous scratch. Integer dtypes take the reference loop, which float
  * tests check the BLAS path against (nb_cpu_gemm_reference). */
 #include <cblas.h>
 #include <limits.h>
