@@ -143,12 +143,12 @@ static int64_t max_interior(const pool_geom *g, int64_t *r)
     return (r[1] - r[0]) * (r[3] - r[2]);
 }
 
-/* Per plane: the outputs whose windows are inside the input (the interior rectangle) in one
- * max_plane run, the border ones (padding, or a window past the edge) through max_row. */
+/* Per plane: the outputs whose windows are inside the input (the interior rectangle r of
+ * max_interior) in one max_plane run, the border ones (padding, or a window past the edge) through max_row. */
 #define MAX_FWD(T)                                                                                 \
-    static void max_fwd_##T(pool_geom g, const T *x, T *y, int64_t *idx, void *scratch)            \
+    static void max_fwd_##T(pool_geom g, const T *x, T *y, int64_t *idx, const int64_t *r, void *scratch) \
     {                                                                                              \
-        int64_t nout = g.oh * g.ow, r[4], nin = max_interior(&g, r);                               \
+        int64_t nout = g.oh * g.ow, nin = (r[1] - r[0]) * (r[3] - r[2]);                           \
         int32_t *base = scratch, *ypos = base + nin, *toff = ypos + nin;                           \
         size_t n32 = (size_t)(2 * nin + g.kh * g.kw);                                              \
         int64_t *cols = (int64_t *)(void *)(base + (n32 + 1) / 2 * 2);                             \
@@ -271,7 +271,7 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         size_t bytes = max_scratch_bytes(&g, max_interior(&g, r));
         void *scratch = malloc(bytes);
         if (!scratch) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of offsets)", nb__op_name(op), bytes);
-        CALL(max_fwd, g, in0, out, (int64_t *)nb__data(a->out2), scratch);
+        CALL(max_fwd, g, in0, out, (int64_t *)nb__data(a->out2), r, scratch);
         free(scratch);
         break;
     }
