@@ -71,6 +71,7 @@ typedef struct bench {
     cli_opts o;
     nb_device dev;
     char dev_name[32];
+    nb_profile_mode profile; /* with --profile (o.profile set) */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
     bench_result res[MAX_RUNS * MAX_THREADS];
@@ -154,6 +155,7 @@ static int setup(bench *b)
     const char *p = b->o.profile;
     if (p && strcmp(p, "host") && strcmp(p, "sync"))
         return cli_fail(CLI_USAGE, "bench: unknown --profile \"%s\" (expected host or sync)", p);
+    b->profile = p && !strcmp(p, "sync") ? NB_PROFILE_SYNC : NB_PROFILE_HOST;
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;
@@ -403,7 +405,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     if (st == NB_OK && gpu && (!(e0 = nb_cuda_event_create(true)) || !(e1 = nb_cuda_event_create(true))))
         st = nb_last_status();
     if (st == NB_OK && b->o.profile)
-        st = nb_profiler_start(!strcmp(b->o.profile, "sync") ? NB_PROFILE_SYNC : NB_PROFILE_HOST);
+        st = nb_profiler_start(b->profile);
     for (int64_t i = 0; st == NB_OK && i < iters; i++) {
         double t0 = cli_now();
         if (gpu) st = nb_cuda_event_record(e0, NULL);

@@ -9,7 +9,7 @@
 
 #define NSLOTS (NB_OP_COUNT + NB_PROF_EXTRA_COUNT)
 
-static atomic_int g_mode = -1; /* -1: stopped */
+atomic_int nb__prof_mode = -1; /* -1: stopped */
 static atomic_llong g_ns[NSLOTS], g_calls[NSLOTS];
 static atomic_llong g_start_ns, g_stop_ns;
 static _Thread_local int t_depth;
@@ -30,9 +30,8 @@ static const char *slot_name(int slot)
     }
 }
 
-int64_t nb__prof_begin(void)
+int64_t nb__prof_begin_on(void)
 {
-    if (atomic_load_explicit(&g_mode, memory_order_relaxed) < 0) return 0;
     return t_depth++ == 0 ? now_ns() : -1;
 }
 
@@ -40,7 +39,7 @@ void nb__prof_end(int slot, int64_t t0, nb_device dev)
 {
     if (t0 == 0) return;
     if (--t_depth > 0 || t0 < 0) return;
-    if (atomic_load(&g_mode) == NB_PROFILE_SYNC && dev.type != NB_DEVICE_CPU) {
+    if (atomic_load(&nb__prof_mode) == NB_PROFILE_SYNC && dev.type != NB_DEVICE_CPU) {
         const nb_backend *be = nb__backend(dev);
         if (be && be->synchronize) be->synchronize(dev.index);
     }
@@ -53,20 +52,20 @@ nb_status nb_profiler_start(nb_profile_mode mode)
     if (mode != NB_PROFILE_HOST && mode != NB_PROFILE_SYNC)
         return nb__err(NB_ERR_INVALID_ARG, "profiler start: unknown mode %d (NB_PROFILE_HOST or NB_PROFILE_SYNC)",
                        (int)mode);
-    atomic_store(&g_mode, -1);
+    atomic_store(&nb__prof_mode, -1);
     for (int i = 0; i < NSLOTS; i++) {
         atomic_store(&g_ns[i], 0);
         atomic_store(&g_calls[i], 0);
     }
     atomic_store(&g_stop_ns, 0);
     atomic_store(&g_start_ns, now_ns());
-    atomic_store(&g_mode, (int)mode);
+    atomic_store(&nb__prof_mode, (int)mode);
     return NB_OK;
 }
 
 void nb_profiler_stop(void)
 {
-    if (atomic_exchange(&g_mode, -1) >= 0) atomic_store(&g_stop_ns, now_ns());
+    if (atomic_exchange(&nb__prof_mode, -1) >= 0) atomic_store(&g_stop_ns, now_ns());
 }
 
 double nb_profiler_wall_ms(void)
