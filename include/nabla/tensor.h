@@ -139,6 +139,21 @@ NB_API nb_tensor *nb_as_strided(const nb_tensor *t, const int64_t *shape, const 
 
 /* t itself (a new reference) when contiguous, else a contiguous copy. */
 NB_API nb_tensor *nb_contiguous(const nb_tensor *t);
+
+/* How a dense 4-D [N, C, H, W] tensor lays its elements out (torch.memory_format):
+ * NB_CONTIGUOUS_FORMAT is row-major NCHW; NB_CHANNELS_LAST keeps the logical shape but strides
+ * [H*W*C, 1, W*C, C], so that a pixel's channels are adjacent (NHWC in memory). On the CPU,
+ * convolution, batch norm, pooling and the elementwise ops keep a channels-last input's layout in
+ * their results and gradients, and the float32 convolution then runs oneDNN's NHWC kernels with
+ * no layout conversion between layers. Other ops (and the CUDA backend) accept it as any strided
+ * tensor. */
+typedef enum nb_memory_format { NB_CONTIGUOUS_FORMAT = 0, NB_CHANNELS_LAST = 1 } nb_memory_format;
+
+/* t.contiguous(memory_format=f): t itself (a new reference) when already dense in format f,
+ * else a copy in that layout (differentiable). NB_CHANNELS_LAST needs a 4-D tensor. */
+NB_API nb_tensor *nb_contiguous_format(const nb_tensor *t, nb_memory_format f);
+/* t.is_contiguous(memory_format=f); size-1 dims are ignored, as PyTorch does. */
+NB_API bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f);
 NB_API nb_tensor *nb_clone(const nb_tensor *t);
 /* A copy converted to dtype (t itself when it already has that dtype). */
 NB_API nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dtype);

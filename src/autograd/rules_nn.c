@@ -7,11 +7,12 @@
  * BATCH_NORM_BACKWARD gives the input gradient and both parameter gradients. */
 #include "autograd/autograd_impl.h"
 
-/* A new tensor shaped like input i of node, filled by kernel op from k (out set here). */
-static nb_tensor *grad_like_input(nb_node *node, int i, nb_op op, nb_kargs *k)
+/* A new tensor shaped like input i of node (channels-last when cl), filled by kernel op from k
+ * (out set here). */
+static nb_tensor *grad_like_input(nb_node *node, int i, nb_op op, nb_kargs *k, bool cl)
 {
     const nb_edge *e = &node->next[i];
-    nb_tensor *out = nb__tensor_new(e->shape, e->ndim, e->dtype, e->device);
+    nb_tensor *out = nb__tensor_new_format(nb__op_name(op), e->shape, e->ndim, e->dtype, e->device, cl);
     if (!out) return NULL;
     k->out = out;
     if (nb__dispatch(op, k) != NB_OK) {
@@ -26,7 +27,8 @@ static nb_tensor *relu_mask(nb_node *node, nb_tensor *g)
 {
     nb_tensor *y = nb__node_saved(node, 2);
     if (!y) return NULL;
-    nb_tensor *out = nb__tensor_new(y->shape, y->ndim, y->dtype, y->storage->device);
+    nb_tensor *out = nb__tensor_new_as("conv2d_backward", y->shape, y->ndim, y->dtype, y->storage->device,
+                                       (const nb_tensor *const[]){g, y}, 2);
     if (!out) return NULL;
     nb_kargs k = {.out = out, .in = {g, y}};
     if (nb__dispatch(NB_OP_THRESHOLD_BACKWARD, &k) != NB_OK) {
@@ -43,7 +45,7 @@ nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     if (!x || !w || !gc) return nb_last_status();
     if (nb__edge_needs_grad(node, 0)) {
         nb_kargs k = {.in = {gc, w}, .i0 = node->i0, .i1 = node->i1};
-        if (!(grad_in[0] = grad_like_input(node, 0, NB_OP_CONV2D_BACKWARD_INPUT, &k))) return nb_last_status();
+        if (!(grad_in[0] = grad_like_input(node, 0, NB_OP_CONV2D_BACKWARD_INPUT, &k, false))) return nb_last_status();
     }
     bool gw_needed = nb__edge_needs_grad(node, 1), gb_needed = node->n_inputs > 2 && nb__edge_needs_grad(node, 2);
     if (!gw_needed && !gb_needed) return NB_OK;
@@ -72,7 +74,7 @@ nb_status nb__bw_MAX_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *idx = nb__node_saved(node, 0), *gc = nb_contiguous(g);
     if (!idx || !gc) return nb_last_status();
     nb_kargs k = {.in = {gc, idx}, .i0 = node->i0, .i1 = node->i1};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_MAX_POOL2D_BACKWARD, &k);
+    grad_in[0] = grad_like_input(node, 0, NB_OP_MAX_POOL2D_BACKWARD, &k, false);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 
@@ -81,7 +83,7 @@ nb_status nb__bw_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *gc = nb_contiguous(g);
     if (!gc) return nb_last_status();
     nb_kargs k = {.in = {gc}, .i0 = node->i0, .i1 = node->i1, .flag = node->flag};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_AVG_POOL2D_BACKWARD, &k);
+    grad_in[0] = grad_like_input(node, 0, NB_OP_AVG_POOL2D_BACKWARD, &k, false);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 
@@ -90,7 +92,7 @@ nb_status nb__bw_ADAPTIVE_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **gr
     nb_tensor *gc = nb_contiguous(g);
     if (!gc) return nb_last_status();
     nb_kargs k = {.in = {gc}};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &k);
+    grad_in[0] = grad_like_input(node, 0, NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &k, false);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 

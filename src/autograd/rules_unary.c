@@ -16,7 +16,8 @@ static nb_tensor *fused(nb_op op, const nb_tensor *g, const nb_tensor *t, const 
     int nd;
     if (nb__broadcast_shapes(name, g->shape, g->ndim, t->shape, t->ndim, shape, &nd) != NB_OK)
         return NULL;
-    nb_tensor *out = nb__tensor_new(shape, nd, g->dtype, g->storage->device);
+    nb_tensor *out = nb__tensor_new_as(name, shape, nd, g->dtype, g->storage->device,
+                                       (const nb_tensor *const[]){g, t}, 2);
     if (!out) return NULL;
     nb_kargs a = {.out = out, .in = {g, t}, .s0 = node->s0, .s1 = node->s1, .i0 = node->i0};
     if (nb__dispatch(op, &a) != NB_OK) {

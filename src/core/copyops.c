@@ -41,6 +41,55 @@ nb_tensor *nb_contiguous(const nb_tensor *t)
     return nb_clone(t);
 }
 
+bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f)
+{
+    if (!t) return false;
+    if (f != NB_CHANNELS_LAST) return nb__is_contiguous(t);
+    if (t->ndim != 4) return false;
+    if (nb__numel(t->shape, 4) == 0) return true;
+    int64_t want[4];
+    nb__channels_last_strides(t->shape, want);
+    for (int i = 0; i < 4; i++)
+        if (t->shape[i] != 1 && t->strides[i] != want[i]) return false;
+    return true;
+}
+
+/* A channels-last copy of 4-D t (no autograd), on any backend: the copy kernel writes a fresh
+ * contiguous [N, H, W, C] buffer from t's [N, H, W, C]-permuted view, and the result then takes
+ * the logical shape back. Caller-owned. */
+static nb_tensor *copy_channels_last(const nb_tensor *t)
+{
+    static const int perm[4] = {0, 2, 3, 1};
+    int64_t shape[4], strides[4];
+    for (int i = 0; i < 4; i++) shape[i] = t->shape[perm[i]], strides[i] = t->strides[perm[i]];
+    nb_tensor *out = nb__tensor_new_named("contiguous_format", shape, 4, t->dtype, t->storage->device);
+    nb_tensor *src = out ? nb__tensor_alias(t, shape, strides, 4, t->offset) : NULL;
+    nb_kargs a = {.out = out, .in = {src}};
+    nb_status st = src ? nb__dispatch(NB_OP_COPY, &a) : nb_last_status();
+    nb__release(src);
+    if (st != NB_OK) {
+        nb__release(out);
+        return NULL;
+    }
+    memcpy(out->shape, t->shape, sizeof shape);
+    nb__channels_last_strides(out->shape, out->strides);
+    return out;
+}
+
+nb_tensor *nb_contiguous_format(const nb_tensor *t, nb_memory_format f)
+{
+    if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "contiguous_format: NULL tensor");
+    if (f != NB_CONTIGUOUS_FORMAT && f != NB_CHANNELS_LAST)
+        return nb__err_null(NB_ERR_INVALID_ARG, "contiguous_format: invalid memory format %d", (int)f);
+    if (f == NB_CONTIGUOUS_FORMAT) return nb_contiguous(t);
+    if (t->ndim != 4)
+        return nb__err_null(NB_ERR_SHAPE, "contiguous_format: channels_last needs a 4-D tensor (got %s)",
+                            nb__shape_str(t->shape, t->ndim, (char[NB_SHAPE_STR_MAX]){0}));
+    if (nb_tensor_is_contiguous_format(t, f)) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    nb_tensor *out = copy_channels_last(t);
+    return out ? record_unary(NB_OP_CLONE, out, t) : NULL;
+}
+
 nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dtype)
 {
     if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "to_dtype: NULL tensor");

@@ -32,6 +32,26 @@ bool nb__is_contiguous(const nb_tensor *t)
     return true;
 }
 
+void nb__channels_last_strides(const int64_t *shape, int64_t *strides)
+{
+    static const int order[4] = {1, 3, 2, 0}; /* innermost first: C, W, H, N */
+    int64_t s = 1;
+    for (int k = 0; k < 4; k++) {
+        strides[order[k]] = s;
+        s *= shape[order[k]] > 1 ? shape[order[k]] : 1;
+    }
+}
+
+bool nb__is_channels_last(const nb_tensor *t)
+{
+    if (t->ndim != 4 || nb__is_contiguous(t)) return false;
+    int64_t want[4];
+    nb__channels_last_strides(t->shape, want);
+    for (int i = 0; i < 4; i++)
+        if (t->shape[i] != 1 && t->strides[i] != want[i]) return false;
+    return true;
+}
+
 nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out)
 {
     int64_t n = ndim > 0 ? ndim : 1;

@@ -104,6 +104,25 @@ nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, 
     return tensor_new(op, shape, ndim, dtype, device, NULL);
 }
 
+nb_tensor *nb__tensor_new_format(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device,
+                                 bool cl)
+{
+    nb_tensor *t = tensor_new(op, shape, ndim, dtype, device, NULL);
+    if (t && cl && ndim == 4) nb__channels_last_strides(shape, t->strides);
+    return t;
+}
+
+nb_tensor *nb__tensor_new_as(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device,
+                             const nb_tensor *const *refs, int nrefs)
+{
+    bool cl = false;
+    for (int i = 0; i < nrefs && ndim == 4 && device.type == NB_DEVICE_CPU && !cl; i++) {
+        const nb_tensor *r = refs[i];
+        cl = r && r->ndim == 4 && memcmp(r->shape, shape, 4 * sizeof *shape) == 0 && nb__is_channels_last(r);
+    }
+    return nb__tensor_new_format(op, shape, ndim, dtype, device, cl);
+}
+
 nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, const nb_host_mem *host)
 {
     return tensor_new(op, shape, ndim, dtype, nb_cpu(), host);

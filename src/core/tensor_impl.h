@@ -71,6 +71,14 @@ void nb__storage_release(nb_storage *s);
 nb_tensor *nb__tensor_new(const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
 /* The same, naming op in the error message of a bad shape. */
 nb_tensor *nb__tensor_new_named(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device);
+/* A fresh tensor, channels-last (a 4-D shape) when cl, else contiguous. */
+nb_tensor *nb__tensor_new_format(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device,
+                                 bool cl);
+/* A fresh tensor for an op's result shaped [shape], laid out like its inputs: channels-last when
+ * on the CPU some ref of the same 4-D shape is channels-last (nb__is_channels_last), else
+ * contiguous. NULL refs are skipped. */
+nb_tensor *nb__tensor_new_as(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, nb_device device,
+                             const nb_tensor *const *refs, int nrefs);
 /* A contiguous CPU tensor in special host memory (pinned), naming op in errors. */
 nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, nb_dtype dtype, const nb_host_mem *host);
 /* A tensor struct over t's storage with the given geometry (a view: base set, no autograd). */
@@ -87,6 +95,11 @@ void nb__release(nb_tensor *t);
 int64_t nb__numel(const int64_t *shape, int ndim);
 void nb__contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
 bool nb__is_contiguous(const nb_tensor *t);
+/* Channels-last strides for a 4-D shape ([H*W*C, 1, W*C, C], size-1 dims as nb__contiguous_strides). */
+void nb__channels_last_strides(const int64_t *shape, int64_t *strides);
+/* A 4-D tensor dense in the channels-last layout and not also contiguous (the layout the CPU's
+ * layers propagate; see nb_memory_format). */
+bool nb__is_channels_last(const nb_tensor *t);
 /* Wraps a possibly negative dim into [0, ndim); sets an error naming op on failure. ndim 0
  * accepts -1 and 0, as PyTorch does for scalars. */
 nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out);

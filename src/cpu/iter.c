@@ -72,7 +72,26 @@ void nb_cpu_iter_elementwise(nb_cpu_iter *it, nb_tensor *out, const nb_tensor *c
         int64_t ek = (int64_t)nb_dtype_size(in[k]->dtype);
         for (int d = 0; d < out->ndim; d++) strides[k + 1][d] *= ek;
     }
-    nb_cpu_iter_init(it, out->shape, out->ndim, n_in + 1, base, (const int64_t(*)[NB_MAX_DIMS])strides);
+    int64_t shape[NB_MAX_DIMS];
+    memcpy(shape, out->shape, (size_t)out->ndim * sizeof *shape);
+    if (!nb__is_contiguous(out)) {
+        /* Visit the output in memory order (a channels-last result, say): dims sorted by the
+         * output's strides, outermost first, so that they merge and the inner loop runs along
+         * its densest dim. Stable, so a contiguous output's order is kept. */
+        int perm[NB_MAX_DIMS];
+        for (int d = 0; d < out->ndim; d++) {
+            int j = d;
+            while (j > 0 && out->strides[perm[j - 1]] < out->strides[d]) perm[j] = perm[j - 1], j--;
+            perm[j] = d;
+        }
+        int64_t tmp[NB_MAX_DIMS];
+        for (int k = 0; k <= n_in; k++) {
+            for (int d = 0; d < out->ndim; d++) tmp[d] = strides[k][perm[d]];
+            memcpy(strides[k], tmp, (size_t)out->ndim * sizeof *tmp);
+        }
+        for (int d = 0; d < out->ndim; d++) shape[d] = out->shape[perm[d]];
+    }
+    nb_cpu_iter_init(it, shape, out->ndim, n_in + 1, base, (const int64_t(*)[NB_MAX_DIMS])strides);
 }
 
 /* Runs rows [r0, r1) of the iterator, a row being one run of the innermost dim. */

@@ -159,8 +159,9 @@ static nb_tensor *binary(nb_op op, const nb_tensor *a, const nb_tensor *b, bool 
     if (compute_dtype(op, name, a, scalar ? NULL : b, &dt) != NB_OK) return NULL;
     nb_tensor *xa = converted(a, dt, copy & COPY_A);
     nb_tensor *xb = !scalar && xa ? converted(b, dt, copy & COPY_B) : NULL;
-    nb_tensor *out = xa && (scalar || xb) ? nb__tensor_new(shape, nd, is_comparison(op) ? NB_BOOL : dt,
-                                                           a->storage->device)
+    nb_tensor *out = xa && (scalar || xb) ? nb__tensor_new_as(name, shape, nd, is_comparison(op) ? NB_BOOL : dt,
+                                                              a->storage->device,
+                                                              (const nb_tensor *const[]){xa, xb}, 2)
                                           : NULL;
     nb_status st = out ? NB_OK : nb_last_status();
     if (st == NB_OK) {
@@ -319,7 +320,9 @@ nb_tensor *nb_where(const nb_tensor *cond, const nb_tensor *a, const nb_tensor *
         return NULL;
     nb_dtype dt = result_type(a, b);
     nb_tensor *xa = converted(a, dt, false), *xb = converted(b, dt, false);
-    nb_tensor *out = xa && xb ? nb__tensor_new(shape, nd, dt, a->storage->device) : NULL;
+    nb_tensor *out = xa && xb ? nb__tensor_new_as("where", shape, nd, dt, a->storage->device,
+                                                  (const nb_tensor *const[]){xa, xb}, 2)
+                              : NULL;
     nb_status st = out ? NB_OK : nb_last_status();
     if (st == NB_OK) {
         nb_kargs k = {.out = out, .in = {cond, xa, xb}};

@@ -107,7 +107,7 @@ static nb_tensor *unary(nb_op op, const nb_tensor *a, double s0, double s1, int6
     if (cdt != a->dtype && !(conv = convert(a, cdt))) return NULL;
     const nb_tensor *x = conv ? conv : a;
     nb_dtype odt = op == NB_OP_LOGICAL_NOT ? NB_BOOL : cdt;
-    nb_tensor *out = nb__tensor_new(a->shape, a->ndim, odt, a->storage->device);
+    nb_tensor *out = nb__tensor_new_as(nb__op_name(op), a->shape, a->ndim, odt, a->storage->device, &x, 1);
     nb_kargs k = {.out = out, .in = {x}, .s0 = s0, .s1 = s1, .i0 = i0};
     nb_status st = out ? nb__dispatch(op, &k) : nb_last_status();
     if (st == NB_OK && !conv && op != NB_OP_LOGICAL_NOT && nb_dtype_is_floating(odt))
