@@ -154,6 +154,7 @@ typedef enum nb_memory_format { NB_CONTIGUOUS_FORMAT = 0, NB_CHANNELS_LAST = 1 }
 NB_API nb_tensor *nb_contiguous_format(const nb_tensor *t, nb_memory_format f);
 /* t.is_contiguous(memory_format=f); size-1 dims are ignored, as PyTorch does. */
 NB_API bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f);
+/* A copy (differentiable): channels-last when t is, else contiguous (torch's preserve_format). */
 NB_API nb_tensor *nb_clone(const nb_tensor *t);
 /* A copy converted to dtype (t itself when it already has that dtype). */
 NB_API nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dtype);

@@ -6,6 +6,10 @@
 
 #define NB_NODE_MAX_SAVED 4
 
+/* A pool node's i1 bit (above the kernel's padding fields, set by src/ops/nn_pool.c): the input
+ * was channels-last (src/autograd/rules_nn.c keeps the gradients so). */
+#define POOL_CL ((int64_t)1 << 32)
+
 /* Where one input's gradient goes: the node that made it, or the leaf that accumulates it. */
 typedef struct nb_edge {
     struct nb_node *fn; /* owned reference; NULL when the input is a leaf or needs no grad */

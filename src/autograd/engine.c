@@ -79,11 +79,12 @@ mismatch:;
 /* Whether a gradient a rule just made can become a leaf's .grad as it is, without a copy (as
  * PyTorch's AccumulateGrad steals a gradient nobody else holds): only the node's scope holds it
  * (so no other leaf, buffer or caller can see it), nothing else shares its storage, it is a plain
- * contiguous tensor of its own, and it has no history. */
+ * dense tensor of its own (contiguous or channels-last), and it has no history. */
 static bool can_steal(const nb_tensor *g)
 {
     return atomic_load(&g->refcount) == 1 && atomic_load(&g->storage->refcount) == 1 && !g->base &&
-           g->offset == 0 && !g->grad_fn && !g->requires_grad && nb__is_contiguous(g) &&
+           g->offset == 0 && !g->grad_fn && !g->requires_grad &&
+           (nb__is_contiguous(g) || nb__is_channels_last(g)) &&
            g->storage->nbytes == (size_t)nb__numel(g->shape, g->ndim) * nb_dtype_size(g->dtype);
 }
 

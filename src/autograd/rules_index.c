@@ -114,7 +114,7 @@ static nb_status scatter_zero(nb_tensor *g, int64_t dim, nb_tensor *index, nb_te
         *out = nb_zeros_like(g);
         return *out ? NB_OK : nb_last_status();
     }
-    nb_tensor *c = nb_clone(g);
+    nb_tensor *c = nb__clone_contiguous(g);
     if (!c) return nb_last_status();
     if (nb_tensor_ndim(index) == 0) {
         int64_t one = 1;

@@ -1,5 +1,6 @@
 /* Backward rules of the layers in src/ops/nn_*.c. Each runs the layer's backward kernel(s) on a
- * contiguous upstream gradient. conv2d: saved x (0) and weight (1), parameters in i0/i1; with a
+ * dense upstream gradient, laid out as the forward's input (contiguous, or channels-last on the
+ * CPU), and gives the input gradient in that layout. conv2d: saved x (0) and weight (1), parameters in i0/i1; with a
  * fused ReLU (flag) also the output (2), whose mask (y > 0) is applied to the gradient first; the
  * input gradient is one CONV2D_BACKWARD_INPUT, weight and bias gradients one
  * CONV2D_BACKWARD_WEIGHT. max_pool2d: saved indices (0). avg pools: no saved tensors (the input's
@@ -40,12 +41,16 @@ static nb_tensor *relu_mask(nb_node *node, nb_tensor *g)
 
 nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
-    nb_tensor *x = nb__node_saved(node, 0), *w = nb__node_saved(node, 1), *gc = nb_contiguous(g);
+    nb_tensor *x = nb__node_saved(node, 0), *w = nb__node_saved(node, 1);
+    if (!x || !w) return nb_last_status();
+    /* the kernels take the gradients in the layout of x (the forward's, NCHW or channels-last) */
+    bool cl = nb__is_channels_last(x);
+    nb_tensor *gc = nb_contiguous_format(g, cl ? NB_CHANNELS_LAST : NB_CONTIGUOUS_FORMAT);
     if (gc && node->flag) gc = relu_mask(node, gc);
-    if (!x || !w || !gc) return nb_last_status();
+    if (!gc) return nb_last_status();
     if (nb__edge_needs_grad(node, 0)) {
         nb_kargs k = {.in = {gc, w}, .i0 = node->i0, .i1 = node->i1};
-        if (!(grad_in[0] = grad_like_input(node, 0, NB_OP_CONV2D_BACKWARD_INPUT, &k, false))) return nb_last_status();
+        if (!(grad_in[0] = grad_like_input(node, 0, NB_OP_CONV2D_BACKWARD_INPUT, &k, cl))) return nb_last_status();
     }
     bool gw_needed = nb__edge_needs_grad(node, 1), gb_needed = node->n_inputs > 2 && nb__edge_needs_grad(node, 2);
     if (!gw_needed && !gb_needed) return NB_OK;
@@ -69,38 +74,49 @@ nb_status nb__bw_CONV2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     return NB_OK;
 }
 
+/* POOL_CL (autograd_impl.h): the pool's input was channels-last, so the gradients are too, for
+ * its NHWC backward kernel. */
+static nb_tensor *pool_grad_out(const nb_node *node, nb_tensor *g)
+{
+    return node->i1 & POOL_CL ? nb_contiguous_format(g, NB_CHANNELS_LAST) : nb_contiguous(g);
+}
+
 nb_status nb__bw_MAX_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
-    nb_tensor *idx = nb__node_saved(node, 0), *gc = nb_contiguous(g);
+    nb_tensor *idx = nb__node_saved(node, 0), *gc = pool_grad_out(node, g);
     if (!idx || !gc) return nb_last_status();
-    nb_kargs k = {.in = {gc, idx}, .i0 = node->i0, .i1 = node->i1};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_MAX_POOL2D_BACKWARD, &k, false);
+    nb_kargs k = {.in = {gc, idx}, .i0 = node->i0, .i1 = node->i1 & ~POOL_CL};
+    grad_in[0] = grad_like_input(node, 0, NB_OP_MAX_POOL2D_BACKWARD, &k, node->i1 & POOL_CL);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 
 nb_status nb__bw_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
-    nb_tensor *gc = nb_contiguous(g);
+    nb_tensor *gc = pool_grad_out(node, g);
     if (!gc) return nb_last_status();
-    nb_kargs k = {.in = {gc}, .i0 = node->i0, .i1 = node->i1, .flag = node->flag};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_AVG_POOL2D_BACKWARD, &k, false);
+    nb_kargs k = {.in = {gc}, .i0 = node->i0, .i1 = node->i1 & ~POOL_CL, .flag = node->flag};
+    grad_in[0] = grad_like_input(node, 0, NB_OP_AVG_POOL2D_BACKWARD, &k, node->i1 & POOL_CL);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 
 nb_status nb__bw_ADAPTIVE_AVG_POOL2D(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
-    nb_tensor *gc = nb_contiguous(g);
+    nb_tensor *gc = pool_grad_out(node, g);
     if (!gc) return nb_last_status();
     nb_kargs k = {.in = {gc}};
-    grad_in[0] = grad_like_input(node, 0, NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &k, false);
+    grad_in[0] = grad_like_input(node, 0, NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD, &k, node->i1 & POOL_CL);
     return grad_in[0] ? NB_OK : nb_last_status();
 }
 
 nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     nb_tensor *x = nb__node_saved(node, 0), *w = node->i0 ? nb__node_saved(node, 1) : NULL;
-    nb_tensor *stats = nb__node_saved(node, 2), *gc = nb_contiguous(g);
-    if (!x || (node->i0 && !w) || !stats || !gc) return nb_last_status();
+    nb_tensor *stats = nb__node_saved(node, 2);
+    if (!x || (node->i0 && !w) || !stats) return nb_last_status();
+    /* a channels-last x (CPU only: see nb_batch_norm) takes g and gives gx channels-last */
+    bool cl = x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
+    nb_tensor *gc = cl ? nb_contiguous_format(g, NB_CHANNELS_LAST) : nb_contiguous(g);
+    if (!gc) return nb_last_status();
     int64_t c = x->shape[1], row[2] = {1, c};
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;
@@ -108,7 +124,10 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *wrow = w ? nb_reshape(w, row, 2) : nb_ones(row, 2, &tp);
     nb_tensor *aux = wrow ? nb_cat((nb_tensor *[]){stats, wrow}, 2, 0) : NULL;
     nb_tensor *gwb = aux ? nb_empty((int64_t[]){2, c}, 2, &tp) : NULL;
-    nb_tensor *gx = gwb && nb__edge_needs_grad(node, 0) ? nb_empty(x->shape, x->ndim, &tp) : NULL;
+    nb_tensor *gx = gwb && nb__edge_needs_grad(node, 0)
+                        ? nb__track(nb__tensor_new_format("batch_norm_backward", x->shape, x->ndim, x->dtype,
+                                                          tp.device, cl))
+                        : NULL;
     if (!gwb || (nb__edge_needs_grad(node, 0) && !gx)) return nb_last_status();
     nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, aux}, .s0 = node->s0, .flag = node->flag};
     NB_TRY(nb__dispatch(NB_OP_BATCH_NORM_BACKWARD, &k));

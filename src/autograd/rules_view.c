@@ -129,7 +129,7 @@ nb_status nb__bw_AS_STRIDED(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 nb_status nb__bw_COPY_SLICES(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     /* g is the gradient of the whole base after the in-place op on the view region R */
-    nb_tensor *gb = nb_clone(g);
+    nb_tensor *gb = nb__clone_contiguous(g);
     if (!gb) return nb_last_status();
     nb_tensor *region = nb_as_strided(gb, node->view_shape, node->view_strides, node->view_ndim,
                                       gb->offset + node->view_offset);

@@ -27,9 +27,19 @@ static nb_tensor *record_unary(nb_op op, nb_tensor *out, const nb_tensor *t)
     return nb__track(out);
 }
 
+static nb_tensor *copy_channels_last(const nb_tensor *t);
+
+/* As PyTorch's clone (memory_format=torch.preserve_format): a channels-last tensor's copy is
+ * channels-last, any other copy contiguous. */
 nb_tensor *nb_clone(const nb_tensor *t)
 {
     if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "clone: NULL tensor");
+    nb_tensor *out = nb__is_channels_last(t) ? copy_channels_last(t) : copy_as(t, t->dtype);
+    return out ? record_unary(NB_OP_CLONE, out, t) : NULL;
+}
+
+nb_tensor *nb__clone_contiguous(const nb_tensor *t)
+{
     nb_tensor *out = copy_as(t, t->dtype);
     return out ? record_unary(NB_OP_CLONE, out, t) : NULL;
 }
@@ -38,7 +48,7 @@ nb_tensor *nb_contiguous(const nb_tensor *t)
 {
     if (!t) return nb__err_null(NB_ERR_INVALID_ARG, "contiguous: NULL tensor");
     if (nb__is_contiguous(t)) return nb__track(nb_tensor_retain((nb_tensor *)t));
-    return nb_clone(t);
+    return nb__clone_contiguous(t);
 }
 
 bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f)

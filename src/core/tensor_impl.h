@@ -84,6 +84,8 @@ nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, n
 /* A tensor struct over t's storage with the given geometry (a view: base set, no autograd). */
 nb_tensor *nb__tensor_alias(const nb_tensor *t, const int64_t *shape, const int64_t *strides,
                             int ndim, int64_t offset);
+/* nb_clone, always contiguous (for code that addresses the copy by contiguous strides). */
+nb_tensor *nb__clone_contiguous(const nb_tensor *t);
 /* Registers a new reference in the current scope (if any) and returns it: every public function
  * returning a tensor ends with `return nb__track(t);`. NULL passes through. */
 nb_tensor *nb__track(nb_tensor *t);

@@ -8,12 +8,15 @@
 
 #include "nabla/core.h"
 
-/* One 2-D convolution's geometry (NCHW input, OIHW weight, PyTorch's parameters). */
+/* One 2-D convolution's geometry (PyTorch's parameters): input [n, c, h, w] and output
+ * [n, oc, oh, ow], both dense NCHW, or both channels-last (NHWC in memory) when cl; the weight
+ * OIHW. */
 typedef struct nb_conv_geom {
     int64_t n, c, h, w;     /* input */
     int64_t oc, kh, kw;     /* weight [oc, c / groups, kh, kw] */
     int64_t oh, ow;         /* output */
     int64_t sh, sw, ph, pw, dh, dw, groups;
+    int64_t cl;             /* 1: input, output and their gradients are channels-last */
 } nb_conv_geom;
 
 /* Whether the conv kernels use oneDNN for float32 (default true). Tests switch it off to run the
@@ -25,7 +28,8 @@ void nb__dnnl_set_enabled(bool on);
 /* Turns a failing oneDNN status into an nb status naming op and the call (NB_OK on success). */
 nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
 
-/* float32 convolution through cached oneDNN primitives; all buffers dense NCHW / OIHW.
+/* float32 convolution through cached oneDNN primitives; activations dense NCHW, or NHWC when
+ * g->cl (then oneDNN's NHWC kernels run, with no reorder of them); weights dense OIHW.
  * b and gb may be NULL (no bias). relu: y = max(0, conv), fused as a oneDNN post-op. */
 nb_status nb__dnnl_conv_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                                 float *y);

@@ -155,7 +155,7 @@ static nb_tensor *binary(nb_op op, const nb_tensor *a, const nb_tensor *b, bool 
     memcpy(shape, a->shape, sizeof shape);
     if (!scalar && nb__broadcast_shapes(name, a->shape, a->ndim, b->shape, b->ndim, shape, &nd) != NB_OK)
         return NULL;
-    nb_dtype dt;
+    nb_dtype dt = NB_FLOAT32;
     if (compute_dtype(op, name, a, scalar ? NULL : b, &dt) != NB_OK) return NULL;
     nb_tensor *xa = converted(a, dt, copy & COPY_A);
     nb_tensor *xb = !scalar && xa ? converted(b, dt, copy & COPY_B) : NULL;
@@ -285,7 +285,7 @@ static nb_status binary_(nb_op op, nb_tensor *a, const nb_tensor *b, bool scalar
                            nb__shape_str(a->shape, a->ndim, sa), nb__shape_str(shape, nd, sb));
         }
     }
-    nb_dtype dt;
+    nb_dtype dt = NB_FLOAT32;
     NB_TRY(compute_dtype(op, name, a, scalar ? NULL : b, &dt));
     if (!can_cast(dt, a->dtype))
         return nb__err(NB_ERR_DTYPE, "%s: result type %s can't be cast to the desired output type %s", name,

@@ -1,4 +1,5 @@
-/* conv2d's entry point: validation, output shape, the CONV2D kernel (bias fused, and the ReLU
+/* conv2d's entry point: validation, output shape (laid out as a CPU input: NCHW or
+ * channels-last), the CONV2D kernel (bias fused, and the ReLU
  * when p->relu: kernel and node flag) and the autograd node (saved: x, weight, and the output
  * when fused with ReLU, for its mask; parameters packed in i0/i1 as ops.def says). Backward rule
  * in src/autograd/rules_nn.c. */
@@ -81,13 +82,14 @@ static int64_t pack(int64_t a, int64_t b, int64_t c, int64_t d)
     return a | (b << 16) | (c << 32) | ((int64_t)((uint64_t)d << 48));
 }
 
-/* Validated contiguous 4-D operands: runs the kernel and records the node. Caller-owned result. */
+/* Validated dense 4-D operands (x contiguous or channels-last, the result then laid out as x):
+ * runs the kernel and records the node. Caller-owned result. */
 static nb_tensor *conv_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, const nb_conv2d_params *p,
                            const nb_tensor *const *orig)
 {
     int64_t shape[4];
     if (out_shape(x, w, p, shape) != NB_OK) return NULL;
-    nb_tensor *out = nb__tensor_new_named("conv2d", shape, 4, x->dtype, x->storage->device);
+    nb_tensor *out = nb__tensor_new_format("conv2d", shape, 4, x->dtype, x->storage->device, nb__is_channels_last(x));
     if (!out) return NULL;
     nb_kargs k = {.out = out, .in = {x, w, b}, .flag = p->relu};
     k.i0 = pack(p->stride[0], p->stride[1], p->padding[0], p->padding[1]);
@@ -118,7 +120,11 @@ nb_tensor *nb_conv2d(const nb_tensor *x, const nb_tensor *weight, const nb_tenso
     nb_tensor *x4 = batched ? (nb_tensor *)x : nb_unsqueeze(x, 0);
     nb_tensor *out = NULL;
     if (x4 && check_tensors(x4, weight, bias, p) == NB_OK) {
-        nb_tensor *xc = nb_contiguous(x4), *wc = nb_contiguous(weight), *bc = bias ? nb_contiguous(bias) : NULL;
+        /* a channels-last input stays so on the CPU (and so does the result); on CUDA it is
+         * made contiguous */
+        bool cl = x4->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x4);
+        nb_tensor *xc = cl ? nb__track(nb_tensor_retain(x4)) : nb_contiguous(x4);
+        nb_tensor *wc = nb_contiguous(weight), *bc = bias ? nb_contiguous(bias) : NULL;
         const nb_tensor *orig[3] = {xc, wc, bc};
         if (xc && wc && (bc || !bias)) out = conv_run(xc, wc, bc, p, orig);
     }

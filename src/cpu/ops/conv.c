@@ -1,9 +1,9 @@
-/* The conv kernel family: 2-D convolution forward and its input and weight gradients (NCHW,
- * contiguous operands, PyTorch's stride/padding/dilation/groups; parameters packed as ops.def
- * says). float32 runs on oneDNN (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's
- * flag asks for it, fused into the forward primitive;
- * float64, and float32 when oneDNN is switched off, run the reference loops below, which the
- * oneDNN path is tested against. */
+/* The conv kernel family: 2-D convolution forward and its input and weight gradients (dense
+ * operands: activations NCHW, or all channels-last when the input is, weights OIHW; PyTorch's
+ * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
+ * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
+ * the forward primitive; float64, and float32 when oneDNN is switched off, run the reference
+ * loops below (in either layout), which the oneDNN path is tested against. */
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
@@ -15,14 +15,35 @@ static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor
         .n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
         .oc = w->shape[0], .kh = w->shape[2], .kw = w->shape[3], .oh = y->shape[2], .ow = y->shape[3],
         .sh = i0 & 0xffff, .sw = (i0 >> 16) & 0xffff, .ph = (i0 >> 32) & 0xffff, .pw = (i0 >> 48) & 0xffff,
-        .dh = i1 & 0xffff, .dw = (i1 >> 16) & 0xffff, .groups = i1 >> 32,
+        .dh = i1 & 0xffff, .dw = (i1 >> 16) & 0xffff, .groups = i1 >> 32, .cl = nb__is_channels_last(x),
     };
     return g;
 }
 
+/* The activations' layout must agree: the ops layer hands this family channels-last tensors
+ * together or not at all. */
+static nb_status check_layout(nb_op op, const nb_conv_geom *g, const nb_tensor *y)
+{
+    bool ok = g->cl ? nb_tensor_is_contiguous_format(y, NB_CHANNELS_LAST) : nb__is_contiguous(y);
+    if (ok) return NB_OK;
+    return nb__err(NB_ERR_INTERNAL, "%s: the input is %s but the output (or its gradient) is not", nb__op_name(op),
+                   g->cl ? "channels-last" : "contiguous");
+}
+
+/* Element strides (channel, row, column) of a dense [c, h, w] plane set in either layout. */
+typedef struct plane_strides {
+    int64_t c, y, x;
+} plane_strides;
+
+static plane_strides strides_of(int64_t c, int64_t h, int64_t w, bool cl)
+{
+    (void)h;
+    return cl ? (plane_strides){1, w * c, c} : (plane_strides){h * w, w, 1};
+}
+
 /* Visits every (output position, kernel tap) pair of image n, output channel o, with the input
- * position it reads: BODY sees oi (output index in the plane), ii (input index in the plane),
- * ci (input channel within the group) and wi (weight index of the tap). */
+ * position it reads: BODY sees oi (output offset from yoff), ii (input offset from xoff), ci
+ * (input channel within the group) and wi (weight index of the tap). */
 #define FOR_TAPS(g, BODY)                                                                          \
     for (int64_t oy = 0; oy < (g)->oh; oy++)                                                       \
         for (int64_t ox = 0; ox < (g)->ow; ox++)                                                   \
@@ -33,19 +54,27 @@ static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor
                     for (int64_t kx = 0; kx < (g)->kw; kx++) {                                     \
                         int64_t ix = ox * (g)->sw - (g)->pw + kx * (g)->dw;                        \
                         if (ix < 0 || ix >= (g)->w) continue;                                      \
-                        int64_t oi = oy * (g)->ow + ox, ii = ci * (g)->h * (g)->w + iy * (g)->w + ix; \
+                        int64_t oi = oy * ys.y + ox * ys.x, ii = ci * xs.c + iy * xs.y + ix * xs.x; \
                         int64_t wi = (ci * (g)->kh + ky) * (g)->kw + kx;                           \
                         BODY;                                                                      \
                     }                                                                              \
                 }
 
+/* Every output position of plane (n, o): BODY sees oi (output offset from yoff). */
+#define FOR_PLANE(g, BODY)                                                                         \
+    for (int64_t oy = 0; oy < (g)->oh; oy++)                                                       \
+        for (int64_t ox = 0; ox < (g)->ow; ox++) {                                                 \
+            int64_t oi = oy * ys.y + ox * ys.x;                                                    \
+            BODY;                                                                                  \
+        }
+
 /* Plane (n, o): its input block (the group's channels of image n) and its weight block. */
 #define PLANE_SETUP(g)                                                                             \
     int64_t cg = (g)->c / (g)->groups, og = (g)->oc / (g)->groups, grp = o / og;                   \
-    int64_t plane = (g)->oh * (g)->ow, in_plane = (g)->h * (g)->w;                                 \
-    (void)plane;                                                                                   \
-    int64_t xoff = (n * (g)->c + grp * cg) * in_plane, woff = o * cg * (g)->kh * (g)->kw;         \
-    int64_t yoff = (n * (g)->oc + o) * plane
+    plane_strides xs = strides_of((g)->c, (g)->h, (g)->w, (g)->cl);                                \
+    plane_strides ys = strides_of((g)->oc, (g)->oh, (g)->ow, (g)->cl);                             \
+    int64_t xoff = n * (g)->c * (g)->h * (g)->w + grp * cg * xs.c, woff = o * cg * (g)->kh * (g)->kw; \
+    int64_t yoff = n * (g)->oc * (g)->oh * (g)->ow + o * ys.c
 
 #define REF_FORWARD(T)                                                                             \
     static void ref_forward_##T(const nb_conv_geom *g, const T *x, const T *w, const T *b, T *y)  \
@@ -56,7 +85,7 @@ static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor
             for (int64_t o = 0; o < g->oc; o++) {                                                  \
                 PLANE_SETUP(g);                                                                    \
                 T *yp = y + yoff;                                                                  \
-                for (int64_t i = 0; i < plane; i++) yp[i] = b ? b[o] : 0;                          \
+                FOR_PLANE(g, yp[oi] = b ? b[o] : 0)                                                \
                 FOR_TAPS(g, yp[oi] += x[xoff + ii] * w[woff + wi])                                 \
             }                                                                                      \
     }
@@ -86,7 +115,7 @@ static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor
             T bsum = 0;                                                                            \
             for (int64_t n = 0; n < g->n; n++) {                                                   \
                 PLANE_SETUP(g);                                                                    \
-                for (int64_t i = 0; i < plane; i++) bsum += gy[yoff + i];                          \
+                FOR_PLANE(g, bsum += gy[yoff + oi])                                                \
                 FOR_TAPS(g, gw[woff + wi] += gy[yoff + oi] * x[xoff + ii])                         \
             }                                                                                      \
             if (gb) gb[o] = bsum;                                                                  \
@@ -117,6 +146,7 @@ RELU_INPLACE(double)
 static nb_status forward(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[0], a->in[1], a->out, a->i0, a->i1);
+    NB_TRY(check_layout(NB_OP_CONV2D, &g, a->out));
     int64_t n = g.n * g.oc * g.oh * g.ow;
     if (a->out->dtype == NB_FLOAT64) {
         ref_forward_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
@@ -133,6 +163,7 @@ static nb_status forward(const nb_kargs *a)
 static nb_status backward_data(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->out, a->in[1], a->in[0], a->i0, a->i1);
+    NB_TRY(check_layout(NB_OP_CONV2D_BACKWARD_INPUT, &g, a->in[0]));
     if (a->out->dtype == NB_FLOAT64) {
         ref_backward_data_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
         return NB_OK;
@@ -145,6 +176,7 @@ static nb_status backward_data(const nb_kargs *a)
 static nb_status backward_weights(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[1], a->out, a->in[0], a->i0, a->i1);
+    NB_TRY(check_layout(NB_OP_CONV2D_BACKWARD_WEIGHT, &g, a->in[0]));
     if (a->out->dtype == NB_FLOAT64) {
         ref_backward_weights_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
         return NB_OK;

@@ -1,0 +1,237 @@
+/* Channels-last memory format: nb_contiguous_format's layout checked element by element against
+ * the NHWC index formula, its gradient, the errors; elementwise results keeping a channels-last
+ * input's layout with the values of the contiguous computation; conv2d on channels-last inputs
+ * against PyTorch's values (tests/ref/cases_nn.py), on oneDNN's NHWC kernels and on the
+ * reference loops, with the result and the input gradient channels-last. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbtest.h"
+#include "nabla/nn.h"
+#include "cpu/dnnl_impl.h"
+
+static nb_tensor *arange4(int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    nb_tensor *t = NBT_CHECK(nb_arange(0, (double)(n * c * h * w), 1, &p));
+    return NBT_CHECK(nb_reshape(t, (int64_t[]){n, c, h, w}, 4));
+}
+
+static nb_tensor *randn4(int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    return NBT_CHECK(nb_randn((int64_t[]){n, c, h, w}, 4, &p));
+}
+
+static bool is_cl(const nb_tensor *t) { return nb_tensor_is_contiguous_format(t, NB_CHANNELS_LAST); }
+
+/* The copy's memory holds element (n, c, h, w) at ((n H + h) W + w) C + c; strides say so. */
+static void test_layout(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    const int64_t N = 2, C = 3, H = 4, W = 5;
+    nb_tensor *x = arange4(N, C, H, W), *y = NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST));
+    const int64_t *st = nb_tensor_strides(y);
+    assert_int_equal(st[0], H * W * C);
+    assert_int_equal(st[1], 1);
+    assert_int_equal(st[2], W * C);
+    assert_int_equal(st[3], C);
+    assert_true(is_cl(y));
+    assert_false(nb_tensor_is_contiguous(y));
+    assert_false(is_cl(x));
+    assert_true(nb_tensor_is_contiguous_format(x, NB_CONTIGUOUS_FORMAT));
+    const float *d = nb_tensor_data_ptr(y);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++)
+                    assert_true(d[((n * H + h) * W + w) * C + c] == (float)(((n * C + c) * H + h) * W + w));
+    /* logical values unchanged, and back to NCHW */
+    nbt_assert_close(y, x, 0, 0, "channels_last copy");
+    nb_tensor *back = NBT_CHECK(nb_contiguous(y));
+    assert_true(nb_tensor_is_contiguous(back));
+    nbt_assert_close(back, x, 0, 0, "back to contiguous");
+    /* already channels-last: the same tensor; so is a 1-channel tensor (both layouts at once) */
+    nb_tensor *again = NBT_CHECK(nb_contiguous_format(y, NB_CHANNELS_LAST));
+    assert_ptr_equal(nb_tensor_data_ptr(again), nb_tensor_data_ptr(y));
+    nb_tensor *one = arange4(2, 1, 3, 3);
+    assert_true(is_cl(one) && nb_tensor_is_contiguous(one));
+    assert_ptr_equal(nb_tensor_data_ptr(NBT_CHECK(nb_contiguous_format(one, NB_CHANNELS_LAST))),
+                     nb_tensor_data_ptr(one));
+    /* a non-contiguous source (a transposed view) */
+    nb_tensor *tv = NBT_CHECK(nb_transpose(x, 2, 3));
+    nb_tensor *tc = NBT_CHECK(nb_contiguous_format(tv, NB_CHANNELS_LAST));
+    assert_true(is_cl(tc));
+    nbt_assert_close(tc, tv, 0, 0, "channels_last copy of a transposed view");
+    nb_scope_end(s);
+}
+
+static void test_errors_and_grad(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_params p = nb_tensor_params_default();
+    nb_tensor *x3 = NBT_CHECK(nb_zeros((int64_t[]){2, 3, 4}, 3, &p));
+    NBT_FAILS(nb_contiguous_format(x3, NB_CHANNELS_LAST) == NULL, NB_ERR_SHAPE, "contiguous_format", "4-D",
+              "[2, 3, 4]", NULL);
+    NBT_FAILS(nb_contiguous_format(x3, (nb_memory_format)7) == NULL, NB_ERR_INVALID_ARG, "memory format", "7",
+              NULL);
+    NBT_FAILS(nb_contiguous_format(NULL, NB_CHANNELS_LAST) == NULL, NB_ERR_INVALID_ARG, "NULL", NULL);
+    assert_false(nb_tensor_is_contiguous_format(x3, NB_CHANNELS_LAST));
+    assert_false(nb_tensor_is_contiguous_format(NULL, NB_CHANNELS_LAST));
+    /* d/dx sum(cl(x) * w) = w */
+    nb_tensor *x = NBT_CHECK(nbt_leaf(randn4(2, 3, 4, 5))), *w = randn4(2, 3, 4, 5);
+    nb_tensor *y = NBT_CHECK(nb_mul(NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST)), w));
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(y, NULL, 0, false)), NULL, NB_BACKWARD_DEFAULT));
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(x)), w, 0, 0, "gradient through contiguous_format");
+    nb_scope_end(s);
+}
+
+/* Elementwise ops on channels-last operands: the result keeps the layout and has the values of
+ * the same op on contiguous copies (exactly: the same arithmetic per element). */
+static void test_elementwise_keeps_layout(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *a = randn4(3, 8, 5, 7), *b = randn4(3, 8, 5, 7), *bias = randn4(1, 8, 1, 1);
+    nb_tensor *acl = NBT_CHECK(nb_contiguous_format(a, NB_CHANNELS_LAST));
+    nb_tensor *bcl = NBT_CHECK(nb_contiguous_format(b, NB_CHANNELS_LAST));
+    struct {
+        const char *what;
+        nb_tensor *got, *want;
+    } c[] = {
+        {"add(cl, cl)", nb_add(acl, bcl), nb_add(a, b)},
+        {"add(cl, nchw)", nb_add(acl, b), nb_add(a, b)},
+        {"mul(nchw, cl)", nb_mul(a, bcl), nb_mul(a, b)},
+        {"add(cl, bias)", nb_add(acl, bias), nb_add(a, bias)},
+        {"relu(cl)", nb_relu(acl), nb_relu(a)},
+        {"exp(cl)", nb_exp(acl), nb_exp(a)},
+        {"mul_scalar(cl)", nb_mul_scalar(acl, 3.5), nb_mul_scalar(a, 3.5)},
+        {"where(cl)", nb_where(NBT_CHECK(nb_gt(acl, bcl)), acl, bcl), nb_where(NBT_CHECK(nb_gt(a, b)), a, b)},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        assert_non_null(c[i].got);
+        if (!is_cl(c[i].got)) fail_msg("%s: the result is not channels-last", c[i].what);
+        nbt_assert_close(c[i].got, c[i].want, 0, 0, c[i].what);
+    }
+    /* a broadcast result of another shape stays contiguous */
+    nb_tensor *row = NBT_CHECK(nb_add(bias, NBT_CHECK(nb_zeros((int64_t[]){2, 8, 1, 1}, 4, NULL))));
+    assert_true(nb_tensor_is_contiguous(row));
+    /* ReLU's gradient follows the layout too, with the contiguous values */
+    nb_tensor *x = NBT_CHECK(nbt_leaf(acl)), *g = randn4(3, 8, 5, 7);
+    NBT_OK(nb_backward(NBT_CHECK(nb_relu(x)), g, NB_BACKWARD_DEFAULT));
+    nb_tensor *gx = NBT_CHECK(nb_tensor_grad(x));
+    assert_true(is_cl(gx));
+    nb_tensor *want = NBT_CHECK(nb_mul(g, NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_gt_scalar(a, 0)), NB_FLOAT32))));
+    nbt_assert_close(gx, want, 0, 0, "relu gradient (cl)");
+    nb_scope_end(s);
+}
+
+/* conv2d cases of tests/ref/cases_nn.py with the input made channels-last: PyTorch's output and
+ * gradients, the output and the input's gradient channels-last. float32 runs both oneDNN's NHWC
+ * kernels and the reference loops; float64 the reference loops. */
+static int run_conv_cases(bool dnnl)
+{
+    nb_tensor_map *m = nbt_load_ref("nn");
+    char **names;
+    int n = nbt_case_names(m, &names), checked = 0;
+    nb__dnnl_set_enabled(dnnl);
+    for (int i = 0; i < n; i++) {
+        if (!strstr(names[i], "conv")) continue;
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *in[3] = {0};
+        int nin = 0;
+        for (; nin < 3; nin++) {
+            char key[16];
+            snprintf(key, sizeof key, "in%d", nin);
+            if (!(in[nin] = nbt_ref(m, names[i], key))) break;
+        }
+        nb_tensor *x = in[0];
+        if (nb_tensor_ndim(x) != 4 || nb_tensor_size(x, 1) == 1) {
+            nb_scope_end(sc);
+            continue;
+        }
+        int64_t p[8] = {0};
+        nb_tensor *pt = NBT_CHECK(nbt_ref(m, names[i], "params"));
+        NBT_OK(nb_tensor_read(pt, p, (size_t)nb_tensor_numel(pt) * sizeof *p));
+        nb_conv2d_params cp = {.stride = {p[0], p[1]}, .padding = {p[2], p[3]}, .dilation = {p[4], p[5]},
+                               .groups = p[6], .relu = p[7] != 0};
+        nb_tensor *leaves[3];
+        leaves[0] = NBT_CHECK(nbt_leaf(NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST))));
+        assert_true(is_cl(leaves[0]));
+        for (int k = 1; k < nin; k++) leaves[k] = NBT_CHECK(nbt_leaf(in[k]));
+        nb_tensor *out = NBT_CHECK(nb_conv2d(leaves[0], leaves[1], nin > 2 ? leaves[2] : NULL, &cp));
+        if (!is_cl(out) && !nb_tensor_is_contiguous(out)) fail_msg("%s: output not channels-last", names[i]);
+        bool f64 = nb_tensor_dtype(out) == NB_FLOAT64;
+        double rtol = f64 ? 1e-10 : 1e-4, atol = f64 ? 1e-12 : 1e-5;
+        char what[256];
+        snprintf(what, sizeof what, "%s (channels-last%s): out", names[i], dnnl ? "" : ", reference loops");
+        nbt_assert_close(out, nbt_ref(m, names[i], "out"), rtol, atol, what);
+        assert_true(is_cl(out));
+        NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, names[i], "gout")), NB_BACKWARD_DEFAULT));
+        for (int k = 0; k < nin; k++) {
+            char key[16];
+            snprintf(key, sizeof key, "grad%d", k);
+            snprintf(what, sizeof what, "%s (channels-last%s): %s", names[i], dnnl ? "" : ", reference loops", key);
+            nb_tensor *g = NBT_CHECK(nb_tensor_grad(leaves[k]));
+            nbt_assert_close(g, NBT_CHECK(nbt_ref(m, names[i], key)), rtol, atol, what);
+        }
+        if (!is_cl(NBT_CHECK(nb_tensor_grad(leaves[0])))) fail_msg("%s: input gradient not channels-last", names[i]);
+        checked++;
+        nb_scope_end(sc);
+    }
+    nb__dnnl_set_enabled(true);
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+    return checked;
+}
+
+static void test_conv_pytorch_cases(void **state)
+{
+    assert_true(run_conv_cases(true) >= 10);
+    assert_true(run_conv_cases(false) >= 10);
+}
+
+/* Convolution layers chained on a channels-last input: every result stays channels-last, and
+ * the loss and all gradients equal those of the same layers on the NCHW input. */
+static void test_conv_chain_matches_nchw(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = randn4(4, 3, 12, 12), *w1 = randn4(16, 3, 3, 3), *w2 = randn4(32, 16, 3, 3);
+    nb_tensor *w3 = randn4(32, 32, 1, 1), *b2 = NBT_CHECK(nb_randn((int64_t[]){32}, 1, NULL));
+    nb_tensor *loss[2], *gx[2], *gw[2][3];
+    for (int cl = 0; cl < 2; cl++) {
+        nb_tensor *xi = NBT_CHECK(nbt_leaf(cl ? NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST)) : x));
+        nb_tensor *l1 = NBT_CHECK(nbt_leaf(w1)), *l2 = NBT_CHECK(nbt_leaf(w2)), *l3 = NBT_CHECK(nbt_leaf(w3));
+        nb_conv2d_params p1 = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1, .relu = true};
+        nb_conv2d_params p2 = {.stride = {2, 2}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+        nb_conv2d_params p3 = nb_conv2d_params_default();
+        nb_tensor *h1 = NBT_CHECK(nb_conv2d(xi, l1, NULL, &p1));
+        nb_tensor *h2 = NBT_CHECK(nb_relu(NBT_CHECK(nb_conv2d(h1, l2, b2, &p2))));
+        nb_tensor *h3 = NBT_CHECK(nb_add(NBT_CHECK(nb_conv2d(h2, l3, NULL, &p3)), h2));
+        if (cl) assert_true(is_cl(h1) && is_cl(h2) && is_cl(h3));
+        loss[cl] = NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(h3, h3)), NULL, 0, false));
+        NBT_OK(nb_backward(loss[cl], NULL, NB_BACKWARD_DEFAULT));
+        gx[cl] = NBT_CHECK(nb_tensor_grad(xi));
+        gw[cl][0] = NBT_CHECK(nb_tensor_grad(l1));
+        gw[cl][1] = NBT_CHECK(nb_tensor_grad(l2));
+        gw[cl][2] = NBT_CHECK(nb_tensor_grad(l3));
+    }
+    assert_true(is_cl(gx[1]));
+    nbt_assert_close(loss[1], loss[0], 1e-4, 1e-4, "loss");
+    nbt_assert_close(gx[1], gx[0], 1e-3, 1e-3, "input gradient");
+    for (int k = 0; k < 3; k++) nbt_assert_close(gw[1][k], gw[0][k], 1e-3, 1e-3, "weight gradient");
+    nb_scope_end(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_errors_and_grad),
+        cmocka_unit_test(test_elementwise_keeps_layout),
+        cmocka_unit_test(test_conv_pytorch_cases),
+        cmocka_unit_test(test_conv_chain_matches_nchw),
+    };
+    return NBT_RUN(tests);
+}
