@@ -1,7 +1,8 @@
 /* batch_norm's entry point: one BATCH_NORM kernel call (statistics and normalisation), a node
  * saving x (0), weight (1) and the [2, C] statistics used (2; mean, biased var), eps in s0,
  * training in flag, whether there is a weight in i0. The running statistics are updated in place
- * with grad mode off. Rule in src/autograd/rules_nn.c. */
+ * with grad mode off. On the CPU a channels-last x goes to the kernel as it is and the output is
+ * channels-last too; any other x is made contiguous. Rule in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -60,12 +61,13 @@ static nb_status update_running(nb_tensor *r, const nb_tensor *stat, double m, d
     return st;
 }
 
-/* Contiguous validated operands: the kernel and the node. stats [2, C] is filled (training) or
- * holds the running stats (evaluation). Caller-owned output. */
+/* Validated operands (x contiguous or, on the CPU, channels-last; the others contiguous): the
+ * kernel and the node. stats [2, C] is filled (training) or holds the running stats (evaluation).
+ * Caller-owned output, laid out as x. */
 static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, nb_tensor *stats, bool training,
                          double eps)
 {
-    nb_tensor *out = nb__tensor_new_named("batch_norm", x->shape, x->ndim, x->dtype, x->storage->device);
+    nb_tensor *out = nb__tensor_new_as("batch_norm", x->shape, x->ndim, x->dtype, x->storage->device, &x, 1);
     if (!out) return NULL;
     nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b}, .s0 = eps, .flag = training};
     nb_status st = nb__dispatch(NB_OP_BATCH_NORM, &k);
@@ -89,7 +91,9 @@ nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor 
     int64_t c = x->shape[1];
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    nb_tensor *xc = nb_contiguous(x), *wc = weight ? nb_contiguous(weight) : NULL;
+    bool cl = x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
+    nb_tensor *xc = cl ? nb_contiguous_format(x, NB_CHANNELS_LAST) : nb_contiguous(x);
+    nb_tensor *wc = weight ? nb_contiguous(weight) : NULL;
     nb_tensor *bc = bias ? nb_contiguous(bias) : NULL, *y = NULL;
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;

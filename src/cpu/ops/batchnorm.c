@@ -1,7 +1,13 @@
 /* The batchnorm kernel family: batch normalisation forward (batch statistics or given ones) and
- * its backward, on contiguous x viewed as [N, C, S]. One channel per thread at a time; sums in
- * double over fixed lanes (vectorised, deterministic). */
+ * its backward, on contiguous x viewed as [N, C, S] (one channel per thread at a time; sums in
+ * double over fixed lanes), or on a channels-last x viewed as a row-major [M = N*H*W, C] matrix
+ * (rows split into blocks, each block's per-channel sums in double, the blocks added in order).
+ * Both are vectorised and give results that do not depend on the thread count. */
 #include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "cpu/cpu_impl.h"
 
@@ -132,7 +138,269 @@ BN_FWD(double)
 BN_BWD(float)
 BN_BWD(double)
 
+/* ---- channels-last: x, y, g, gx are row-major [M, C] ------------------------------------------ */
+
+/* The rows are cut into a number of blocks that depends on the shape alone (at most CL_BLOCKS,
+ * of CL_BLOCK_MIN elements or more): each block's per-channel sums go to its own row of a
+ * scratch table, which is then added up block after block, so the rounding is the same at any
+ * thread count. Blocks are also the unit of work of the threads. */
+#define CL_BLOCKS 64
+#define CL_BLOCK_MIN 16384
+
+static int64_t cl_blocks(int64_t m, int64_t c)
+{
+    int64_t nb = m * c / CL_BLOCK_MIN;
+    return nb < 1 ? 1 : nb > CL_BLOCKS ? CL_BLOCKS : nb > m ? m : nb;
+}
+
+/* s[j] += sum_r v[r, j], q[j] += sum_r v[r, j] u[r, j] over rows r < rows of p (and g), where u
+ * = p - ref and v = u (DEV_SUMS_CL: the shifted sums of the statistics) or v = g (GRAD_SUMS_CL:
+ * the sums of the backward). The inner loop runs over the channels (vectorised); four rows are
+ * added before they reach the accumulators, which cuts the load-add-store chain through s and
+ * q by four when C is small. */
+#define DEV_SUMS_CL(T)                                                                             \
+    HOT static void dev_sums_cl_##T(const T *restrict p, int64_t rows, int64_t c, const double *restrict ref, \
+                                    double *restrict s, double *restrict q)                        \
+    {                                                                                              \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= rows; r += 4) {                                                            \
+            const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                double d0 = (double)p0[j] - ref[j], d1 = (double)p1[j] - ref[j];                   \
+                double d2 = (double)p2[j] - ref[j], d3 = (double)p3[j] - ref[j];                   \
+                s[j] += (d0 + d1) + (d2 + d3);                                                     \
+                q[j] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);                                 \
+            }                                                                                      \
+        }                                                                                          \
+        for (; r < rows; r++)                                                                      \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                double d = (double)p[r * c + j] - ref[j];                                          \
+                s[j] += d, q[j] += d * d;                                                          \
+            }                                                                                      \
+    }
+
+#define GRAD_SUMS_CL(T)                                                                            \
+    HOT static void grad_sums_cl_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
+                                     const double *restrict ref, double *restrict s, double *restrict q) \
+    {                                                                                              \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= rows; r += 4) {                                                            \
+            const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
+            const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;                     \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                double v0 = g0[j], v1 = g1[j], v2 = g2[j], v3 = g3[j];                             \
+                s[j] += (v0 + v1) + (v2 + v3);                                                     \
+                q[j] += (v0 * ((double)p0[j] - ref[j]) + v1 * ((double)p1[j] - ref[j])) +          \
+                        (v2 * ((double)p2[j] - ref[j]) + v3 * ((double)p3[j] - ref[j]));           \
+            }                                                                                      \
+        }                                                                                          \
+        for (; r < rows; r++)                                                                      \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                double v = g[r * c + j];                                                           \
+                s[j] += v, q[j] += v * ((double)p[r * c + j] - ref[j]);                            \
+            }                                                                                      \
+    }
+
+/* y = x a + k, and y = a g + b x + k, with per-channel a, b, k. */
+#define AFFINE_CL(T)                                                                               \
+    HOT static void affine_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
+                                  const T *restrict k, T *restrict y)                              \
+    {                                                                                              \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t j = 0; j < c; j++) y[r * c + j] = x[r * c + j] * a[j] + k[j];             \
+    }                                                                                              \
+    HOT static void affine2_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
+                                   const T *restrict a, const T *restrict b, const T *restrict k,  \
+                                   T *restrict y)                                                  \
+    {                                                                                              \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t j = 0; j < c; j++) y[r * c + j] = a[j] * g[r * c + j] + b[j] * x[r * c + j] + k[j]; \
+    }
+
+DEV_SUMS_CL(float)
+DEV_SUMS_CL(double)
+GRAD_SUMS_CL(float)
+GRAD_SUMS_CL(double)
+AFFINE_CL(float)
+AFFINE_CL(double)
+
+/* Scratch of one channels-last call: the blocks' sums (2 C doubles each), the reference point of
+ * the sums (C doubles) and three per-channel coefficient rows of T. */
+typedef struct cl_scratch {
+    double *part, *ref;
+    void *coef;
+} cl_scratch;
+
+static nb_status cl_scratch_new(nb_op op, int64_t nblk, int64_t c, size_t tsize, cl_scratch *sc)
+{
+    size_t bytes = (size_t)(2 * nblk + 1) * (size_t)c * sizeof(double) + 3 * (size_t)c * tsize;
+    sc->part = calloc(1, bytes);
+    if (!sc->part) return nb__err(NB_ERR_OOM, "%s: out of memory for %zu bytes of scratch", nb__op_name(op), bytes);
+    sc->ref = sc->part + 2 * nblk * c;
+    sc->coef = sc->ref + c;
+    return NB_OK;
+}
+
+/* Row range [*r0, *r1) of block b of nblk over m rows. */
+static void cl_rows(int64_t b, int64_t nblk, int64_t m, int64_t *r0, int64_t *r1)
+{
+    *r0 = m * b / nblk;
+    *r1 = m * (b + 1) / nblk;
+}
+
+/* The elementwise second pass runs over a thread's rows backwards, in pieces of about
+ * CL_PIECE elements: the rows the first pass read last are still in the caches then. */
+#define CL_PIECE 16384
+
+/* This thread's rows [*r0, *r1) in a parallel region over m rows of nblk blocks: the blocks an
+ * `omp for schedule(static)` gives it (as libgomp splits them), so that the passes of a call
+ * meet the same rows on the same thread. */
+static void cl_share(int64_t nblk, int64_t m, int64_t *r0, int64_t *r1)
+{
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+    int64_t t = 0, n = 1;
+#endif
+    int64_t q = nblk / n, r = nblk % n, k0 = t * q + (t < r ? t : r), k1 = k0 + q + (t < r), e;
+    *r0 = *r1 = 0;
+    if (k0 >= k1) return;
+    cl_rows(k0, nblk, m, r0, &e);
+    cl_rows(k1 - 1, nblk, m, &e, r1);
+}
+
+/* Adds the blocks' sums in block order into part's first row pair (s in [0, C), q in [C, 2C)). */
+static void cl_reduce(double *part, int64_t nblk, int64_t c)
+{
+    for (int64_t b = 1; b < nblk; b++)
+        for (int64_t j = 0; j < 2 * c; j++) part[j] += part[b * 2 * c + j];
+}
+
+/* As bn_fwd, on [M, C]: the training statistics are the sums of x - x[0, :] (the first row:
+ * close to the mean, so the one-pass difference of squares loses little). */
+#define BN_FWD_CL(T)                                                                               \
+    static nb_status bn_fwd_cl_##T(int64_t m, int64_t c_count, const T *x, const T *w, const T *b, T *y, \
+                                   T *stats, double eps, bool training)                            \
+    {                                                                                              \
+        int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
+        int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
+        cl_scratch sc;                                                                             \
+        NB_TRY(cl_scratch_new(NB_OP_BATCH_NORM, nblk, c_count, sizeof(T), &sc));                   \
+        T *scale = sc.coef, *shift = scale + c_count;                                              \
+        if (training) {                                                                            \
+            for (int64_t j = 0; j < c_count; j++) sc.ref[j] = (double)x[j];                        \
+            _Pragma("omp parallel for num_threads(nt) schedule(static)")                           \
+            for (int64_t k = 0; k < nblk; k++) {                                                   \
+                int64_t r0, r1;                                                                    \
+                cl_rows(k, nblk, m, &r0, &r1);                                                     \
+                double *s = sc.part + k * 2 * c_count;                                             \
+                dev_sums_cl_##T(x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count);      \
+            }                                                                                      \
+            cl_reduce(sc.part, nblk, c_count);                                                     \
+        }                                                                                          \
+        for (int64_t j = 0; j < c_count; j++) {                                                    \
+            double mean = stats[j], var = stats[c_count + j];                                      \
+            if (training) {                                                                        \
+                double s = sc.part[j], q = sc.part[c_count + j], mm = (double)m;                   \
+                mean = sc.ref[j] + s / mm;                                                         \
+                var = (q - s * s / mm) / mm;                                                       \
+                var = var < 0 ? 0 : var;                                                           \
+                stats[j] = (T)mean;                                                                \
+                stats[c_count + j] = (T)var;                                                       \
+            }                                                                                      \
+            double a = (w ? w[j] : 1) / sqrt(var + eps);                                           \
+            scale[j] = (T)a;                                                                       \
+            shift[j] = (T)((b ? b[j] : 0) - mean * a);                                             \
+        }                                                                                          \
+        int64_t piece = CL_PIECE / c_count > 0 ? CL_PIECE / c_count : 1;                           \
+        _Pragma("omp parallel num_threads(nt)")                                                    \
+        {                                                                                          \
+            int64_t r0, r1;                                                                        \
+            cl_share(nblk, m, &r0, &r1);                                                           \
+            for (int64_t hi = r1; hi > r0; hi -= piece) {                                          \
+                int64_t lo = hi - piece > r0 ? hi - piece : r0;                                    \
+                affine_cl_##T(x + lo * c_count, hi - lo, c_count, scale, shift, y + lo * c_count); \
+            }                                                                                      \
+        }                                                                                          \
+        free(sc.part);                                                                             \
+        return NB_OK;                                                                              \
+    }
+
+/* As bn_bwd, on [M, C]. */
+#define BN_BWD_CL(T)                                                                               \
+    static nb_status bn_bwd_cl_##T(int64_t m, int64_t c_count, const T *g, const T *x, const T *aux, T *gx, \
+                                   T *gwb, double eps, bool training)                              \
+    {                                                                                              \
+        int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
+        int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
+        cl_scratch sc;                                                                             \
+        NB_TRY(cl_scratch_new(NB_OP_BATCH_NORM_BACKWARD, nblk, c_count, sizeof(T), &sc));          \
+        for (int64_t j = 0; j < c_count; j++) sc.ref[j] = aux[j];                                  \
+        _Pragma("omp parallel for num_threads(nt) schedule(static)")                               \
+        for (int64_t k = 0; k < nblk; k++) {                                                       \
+            int64_t r0, r1;                                                                        \
+            cl_rows(k, nblk, m, &r0, &r1);                                                         \
+            double *s = sc.part + k * 2 * c_count;                                                 \
+            grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count); \
+        }                                                                                          \
+        cl_reduce(sc.part, nblk, c_count);                                                         \
+        T *ta = sc.coef, *tb = ta + c_count, *tc = tb + c_count;                                   \
+        for (int64_t j = 0; j < c_count; j++) {                                                    \
+            double mean = aux[j], invstd = 1 / sqrt(aux[c_count + j] + eps), w = aux[2 * c_count + j]; \
+            double sg = sc.part[j], sgx = sc.part[c_count + j], mm = (double)m;                    \
+            gwb[j] = (T)(sgx * invstd);                                                            \
+            gwb[c_count + j] = (T)sg;                                                              \
+            double kk = w * invstd, bx = 0, c0 = 0;                                                \
+            if (training) {                                                                        \
+                bx = -kk * invstd * invstd * sgx / mm;                                             \
+                c0 = -kk * sg / mm - bx * mean;                                                    \
+            }                                                                                      \
+            ta[j] = (T)kk, tb[j] = (T)bx, tc[j] = (T)c0;                                           \
+        }                                                                                          \
+        if (gx) {                                                                                  \
+            int64_t piece = CL_PIECE / c_count > 0 ? CL_PIECE / c_count : 1;                       \
+            _Pragma("omp parallel num_threads(nt)")                                                \
+            {                                                                                      \
+                int64_t r0, r1;                                                                    \
+                cl_share(nblk, m, &r0, &r1);                                                       \
+                for (int64_t hi = r1; hi > r0; hi -= piece) {                                      \
+                    int64_t lo = hi - piece > r0 ? hi - piece : r0;                                \
+                    affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, \
+                                   gx + lo * c_count);                                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        free(sc.part);                                                                             \
+        return NB_OK;                                                                              \
+    }
+
+BN_FWD_CL(float)
+BN_FWD_CL(double)
+BN_BWD_CL(float)
+BN_BWD_CL(double)
+
 static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
+
+/* The channels-last path: x channels-last, and then every other [N, C, H, W] operand must be too
+ * (nb_batch_norm and its rule allocate them so). */
+static nb_status bn_cl(nb_op op, const nb_kargs *a, const nb_tensor *x)
+{
+    const nb_tensor *other[2] = {a->out, op == NB_OP_BATCH_NORM ? NULL : a->in[0]};
+    for (int i = 0; i < 2; i++)
+        if (other[i] && !nb__is_channels_last(other[i]))
+            return nb__err(NB_ERR_INTERNAL, "%s: x is channels-last but %s is not", nb__op_name(op),
+                           i ? "the upstream gradient" : "the output");
+    int64_t m = x->shape[0] * x->shape[2] * x->shape[3], c = x->shape[1];
+    bool f32 = x->dtype == NB_FLOAT32;
+    if (op == NB_OP_BATCH_NORM)
+        return f32 ? bn_fwd_cl_float(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
+                                     a->flag)
+                   : bn_fwd_cl_double(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
+                                      a->flag);
+    return f32 ? bn_bwd_cl_float(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag)
+               : bn_bwd_cl_double(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
+                                  a->flag);
+}
 
 nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
 {
@@ -141,6 +409,9 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
     if (dt != NB_FLOAT32 && dt != NB_FLOAT64)
         return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
                        nb_dtype_name(dt));
+    if (op != NB_OP_BATCH_NORM && op != NB_OP_BATCH_NORM_BACKWARD)
+        return nb__err(NB_ERR_INTERNAL, "batchnorm: op %s is not in this family", nb__op_name(op));
+    if (nb__is_channels_last(x)) return bn_cl(op, a, x);
     int64_t n = x->shape[0], c = x->shape[1], s = nb__numel(x->shape + 2, x->ndim - 2);
     if (op == NB_OP_BATCH_NORM) {
         if (dt == NB_FLOAT32)
@@ -149,8 +420,6 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
             bn_fwd_double(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
         return NB_OK;
     }
-    if (op != NB_OP_BATCH_NORM_BACKWARD)
-        return nb__err(NB_ERR_INTERNAL, "batchnorm: op %s is not in this family", nb__op_name(op));
     if (dt == NB_FLOAT32)
         bn_bwd_float(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
     else
