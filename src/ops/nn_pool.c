@@ -1,6 +1,9 @@
 /* Pooling entry points: max_pool2d, avg_pool2d, adaptive_avg_pool2d. Each validates, makes the
- * input a contiguous 4-D tensor, runs its pool kernel and records a node (max: saved indices;
- * avg: parameters in i0/i1/flag as ops.def packs them). Rules in src/autograd/rules_nn.c. */
+ * input a contiguous 4-D tensor (or, for a 4-D channels-last input on the CPU, keeps it as it is
+ * and makes the output and max's indices channels-last too), runs its pool kernel and records a
+ * node (max: saved indices; avg: parameters in i0/i1/flag as ops.def packs them; every pool:
+ * POOL_CL in i1 when channels-last, for the rule to keep the gradient's layout). Rules in
+ * src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -61,8 +64,9 @@ static int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t p, bool cei
     return out;
 }
 
-/* Contiguous 4-D x: the output (and max's indices), the kernel, the node. Caller-owned. */
-static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x)
+/* 4-D x, contiguous or channels-last (cl): the output (and max's indices) in x's layout, the
+ * kernel, the node. Caller-owned. */
+static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x, bool cl)
 {
     int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
     for (int i = 0; i < 2; i++) {
@@ -73,8 +77,8 @@ static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x)
                                 (long long)a->p[0], (long long)a->p[1], SHAPE(x));
     }
     nb_device dev = x->storage->device;
-    nb_tensor *out = nb__tensor_new_named(a->op, shape, 4, x->dtype, dev);
-    nb_tensor *idx = op == NB_OP_MAX_POOL2D ? nb__tensor_new(shape, 4, NB_INT64, dev) : NULL;
+    nb_tensor *out = nb__tensor_new_format(a->op, shape, 4, x->dtype, dev, cl);
+    nb_tensor *idx = op == NB_OP_MAX_POOL2D ? nb__tensor_new_format(a->op, shape, 4, NB_INT64, dev, cl) : NULL;
     nb_status st = out && (idx || op != NB_OP_MAX_POOL2D) ? NB_OK : nb_last_status();
     nb_kargs k = {.out = out, .out2 = idx, .in = {x}, .flag = a->count_include_pad};
     k.i0 = a->k[0] | (a->k[1] << 16) | (a->s[0] << 32) | (a->s[1] << 48);
@@ -90,18 +94,26 @@ static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x)
         nb__release(out);
         return NULL;
     }
-    if (node) node->i0 = k.i0, node->i1 = k.i1, node->flag = k.flag;
+    if (node) node->i0 = k.i0, node->i1 = k.i1 | (cl ? POOL_CL : 0), node->flag = k.flag;
     return out;
 }
 
-/* The shared frame: 3-D inputs gain and lose a batch dim, inputs are made contiguous. */
+/* Whether 4-D x goes to the kernel channels-last, as it is (the CPU's NHWC kernels). */
+static bool keep_channels_last(const nb_tensor *x)
+{
+    return x->ndim == 4 && x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
+}
+
+/* The shared frame: 3-D inputs gain and lose a batch dim, inputs are made contiguous unless
+ * kept channels-last. */
 static nb_tensor *pool_entry(nb_op op, const pool_args *a, const nb_tensor *x)
 {
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
+    bool cl = keep_channels_last(x);
     nb_tensor *x4 = x->ndim == 4 ? (nb_tensor *)x : nb_unsqueeze(x, 0);
-    nb_tensor *xc = x4 ? nb_contiguous(x4) : NULL;
-    nb_tensor *out = xc ? pool_run(op, a, xc) : NULL;
+    nb_tensor *xc = x4 && !cl ? nb_contiguous(x4) : x4;
+    nb_tensor *out = xc ? pool_run(op, a, xc, cl) : NULL;
     nb_tensor *r = out ? nb__track(out) : NULL;
     if (r && x->ndim == 3) r = nb_squeeze_dim(r, 0);
     return nb_scope_end_keep(s, r);
@@ -123,14 +135,15 @@ nb_tensor *nb_avg_pool2d(const nb_tensor *x, const int64_t kernel[2], const int6
     return pool_entry(NB_OP_AVG_POOL2D, &a, x);
 }
 
-static nb_tensor *adaptive_run(const nb_tensor *x, int64_t oh, int64_t ow)
+static nb_tensor *adaptive_run(const nb_tensor *x, int64_t oh, int64_t ow, bool cl)
 {
     int64_t shape[4] = {x->shape[0], x->shape[1], oh, ow};
-    nb_tensor *out = nb__tensor_new_named("adaptive_avg_pool2d", shape, 4, x->dtype, x->storage->device);
+    nb_tensor *out = nb__tensor_new_format("adaptive_avg_pool2d", shape, 4, x->dtype, x->storage->device, cl);
     if (!out) return NULL;
     nb_kargs k = {.out = out, .in = {x}};
     nb_status st = nb__dispatch(NB_OP_ADAPTIVE_AVG_POOL2D, &k);
-    if (st == NB_OK) nb__record(NB_OP_ADAPTIVE_AVG_POOL2D, out, &x, 1, NULL, 0, &st);
+    nb_node *node = st == NB_OK ? nb__record(NB_OP_ADAPTIVE_AVG_POOL2D, out, &x, 1, NULL, 0, &st) : NULL;
+    if (node && cl) node->i1 = POOL_CL;
     if (st != NB_OK) {
         nb__release(out);
         return NULL;
@@ -147,9 +160,10 @@ nb_tensor *nb_adaptive_avg_pool2d(const nb_tensor *x, int64_t out_h, int64_t out
                             (long long)out_h, (long long)out_w);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
+    bool cl = keep_channels_last(x);
     nb_tensor *x4 = x->ndim == 4 ? (nb_tensor *)x : nb_unsqueeze(x, 0);
-    nb_tensor *xc = x4 ? nb_contiguous(x4) : NULL;
-    nb_tensor *out = xc ? adaptive_run(xc, out_h, out_w) : NULL;
+    nb_tensor *xc = x4 && !cl ? nb_contiguous(x4) : x4;
+    nb_tensor *out = xc ? adaptive_run(xc, out_h, out_w, cl) : NULL;
     nb_tensor *r = out ? nb__track(out) : NULL;
     if (r && x->ndim == 3) r = nb_squeeze_dim(r, 0);
     return nb_scope_end_keep(s, r);

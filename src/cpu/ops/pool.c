@@ -1,9 +1,11 @@
 /* The pool kernel family: 2-D max, average and adaptive average pooling and their backward
- * (NCHW, contiguous operands; parameters packed as ops.def says). Loops over (n, c) planes, one
- * plane per thread at a time. Max pooling keeps PyTorch's indices (h * W + w in the input plane;
- * the first maximum wins, NaN counts as the maximum), which its backward scatters through; its
- * forward is branch-free and vectorised (below), several times faster than PyTorch's on the
- * DLBench shapes; oneDNN's pooling would need its own workspace instead of the indices. */
+ * (parameters packed as ops.def says), on NCHW contiguous operands or, when the input (gx for the
+ * backwards) is channels-last, on channels-last ones (NHWC in memory; the second half of the
+ * file). NCHW loops over (n, c) planes, one plane per thread at a time. Max pooling keeps
+ * PyTorch's indices (h * W + w in the input plane, in either layout; the first maximum wins, NaN
+ * counts as the maximum), which its backward scatters through; its NCHW forward is branch-free
+ * and vectorised (below), several times faster than PyTorch's on the DLBench shapes; oneDNN's
+ * pooling would need its own workspace instead of the indices. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,14 +14,14 @@
 #include "cpu/cpu_impl.h"
 
 typedef struct pool_geom {
-    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+    int64_t n, c, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
     bool count_include_pad;
 } pool_geom;
 
 static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
 {
     pool_geom g = {
-        .planes = x->shape[0] * x->shape[1], .h = x->shape[2], .w = x->shape[3],
+        .n = x->shape[0], .c = x->shape[1], .planes = x->shape[0] * x->shape[1], .h = x->shape[2], .w = x->shape[3],
         .oh = y->shape[2], .ow = y->shape[3],
         .kh = a->i0 & 0xffff, .kw = (a->i0 >> 16) & 0xffff, .sh = (a->i0 >> 32) & 0xffff,
         .sw = (a->i0 >> 48) & 0xffff, .ph = a->i1 & 0xffff, .pw = (a->i1 >> 16) & 0xffff,
@@ -251,11 +253,208 @@ MEAN_FWD(double, adapt_fwd, ADAPT_WINDOW)
 MEAN_BWD(float, adapt_bwd, ADAPT_WINDOW)
 MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
 
+/* ---- channels-last --------------------------------------------------------------------------
+ * x [N, H, W, C] and y [N, OH, OW, C] in memory (max's indices as y, still h * W + w): a pixel's
+ * channels are adjacent, so each window tap is one vectorised pass over the C channels of the
+ * output pixel, with the same taps in the same order per channel as the NCHW loops above (the
+ * results are bitwise the same). The forwards run over output rows in parallel; the backwards
+ * scatter into gx, so each thread owns an image (or, with fewer images than threads, a block of
+ * its channels) and nothing is written by two threads. */
+
+/* Max pooling of output pixel (oy, ox) of one image xn, NHWC_CHUNK channels at a time, with the
+ * running maxima and their indices (of type I: int32_t where a plane's indices fit) in local
+ * arrays: they start at -inf with the first tap's index (what the first tap would set), and a
+ * tap replaces them when greater or a NaN over a number. The tap's update is a loop of its own:
+ * gcc vectorises it there, not inside the window's loops. */
+#define NHWC_CHUNK 64
+#define MAX_PIX_NHWC(T, I)                                                                         \
+    static inline void max_tap_##T##_##I(const T *restrict xt, T *restrict m, I *restrict bi, I j, int64_t nc) \
+    {                                                                                              \
+        for (int64_t i = 0; i < nc; i++) {                                                         \
+            T v = xt[i], cur = m[i];                                                               \
+            int take = (v > cur) | ((v != v) & (cur == cur));                                      \
+            m[i] = take ? v : cur;                                                                 \
+            bi[i] = take ? j : bi[i];                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    HOT static void max_pix_nhwc_##T##_##I(const pool_geom *g, const T *restrict xn, int64_t oy, int64_t ox, \
+                                           T *restrict yp, int64_t *restrict ip)                    \
+    {                                                                                              \
+        int64_t y0 = oy * g->sh - g->ph, x0 = ox * g->sw - g->pw, c = g->c, w = g->w;              \
+        int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h, x1 = x0 + g->kw < w ? x0 + g->kw : w;  \
+        y0 = y0 < 0 ? 0 : y0, x0 = x0 < 0 ? 0 : x0;                                                \
+        T m[NHWC_CHUNK];                                                                           \
+        I bi[NHWC_CHUNK];                                                                          \
+        for (int64_t c0 = 0; c0 < c; c0 += NHWC_CHUNK) {                                           \
+            int64_t nc = c - c0 < NHWC_CHUNK ? c - c0 : NHWC_CHUNK;                                \
+            for (int64_t i = 0; i < nc; i++) m[i] = (T)-INFINITY, bi[i] = (I)(y0 * w + x0);        \
+            for (int64_t iy = y0; iy < y1; iy++)                                                   \
+                for (int64_t ix = x0; ix < x1; ix++)                                               \
+                    max_tap_##T##_##I(xn + (iy * w + ix) * c + c0, m, bi, (I)(iy * w + ix), nc);   \
+            for (int64_t i = 0; i < nc; i++) yp[c0 + i] = m[i], ip[c0 + i] = bi[i];                \
+        }                                                                                          \
+    }
+
+/* Average pooling, fixed or adaptive (WINDOW as for MEAN_FWD). */
+#define MEAN_PIX_NHWC(T, name, WINDOW)                                                             \
+    HOT static void name##_pix_nhwc_##T(pool_geom g, const T *restrict xn, int64_t oy, int64_t ox, T *restrict yp) \
+    {                                                                                              \
+        WINDOW(g);                                                                                 \
+        int64_t c = g.c;                                                                           \
+        for (int64_t ch = 0; ch < c; ch++) yp[ch] = 0;                                             \
+        for (int64_t iy = y0; iy < y1; iy++)                                                       \
+            for (int64_t ix = x0; ix < x1; ix++) {                                                 \
+                const T *restrict xt = xn + (iy * g.w + ix) * c;                                   \
+                for (int64_t ch = 0; ch < c; ch++) yp[ch] += xt[ch];                               \
+            }                                                                                      \
+        for (int64_t ch = 0; ch < c; ch++) yp[ch] /= (T)div;                                       \
+    }
+
+/* The forwards: PIX(g, x of image n, oy, ox, y of the pixel[, indices of the pixel]). */
+#define ROWS_NHWC_FOR(g)                                                                           \
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for((g).planes * (g).h * (g).w, NB_CPU_GRAIN))") \
+    for (int64_t r = 0; r < (g).n * (g).oh; r++)
+
+#define MAX_FWD_NHWC(T)                                                                            \
+    static void max_fwd_nhwc_##T(pool_geom g, const T *x, T *y, int64_t *idx)                     \
+    {                                                                                              \
+        bool narrow = g.h * g.w <= INT32_MAX;                                                      \
+        ROWS_NHWC_FOR(g) {                                                                         \
+            int64_t n = r / g.oh, oy = r % g.oh, o = r * g.ow * g.c;                               \
+            const T *xn = x + n * g.h * g.w * g.c;                                                 \
+            for (int64_t ox = 0; ox < g.ow; ox++) {                                                \
+                if (narrow) max_pix_nhwc_##T##_int32_t(&g, xn, oy, ox, y + o + ox * g.c, idx + o + ox * g.c); \
+                else max_pix_nhwc_##T##_int64_t(&g, xn, oy, ox, y + o + ox * g.c, idx + o + ox * g.c); \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define MEAN_FWD_NHWC(T, name)                                                                     \
+    static void name##_fwd_nhwc_##T(pool_geom g, const T *x, T *y)                                \
+    {                                                                                              \
+        ROWS_NHWC_FOR(g) {                                                                         \
+            int64_t n = r / g.oh, oy = r % g.oh, o = r * g.ow * g.c;                               \
+            for (int64_t ox = 0; ox < g.ow; ox++)                                                  \
+                name##_pix_nhwc_##T(g, x + n * g.h * g.w * g.c, oy, ox, y + o + ox * g.c);         \
+        }                                                                                          \
+    }
+
+/* The backwards' work units: image u / nblk, channels [c0, c1) of block u % nblk. */
+typedef struct cblocks {
+    int nt;
+    int64_t nblk, blk;
+} cblocks;
+
+static cblocks channel_blocks(const pool_geom *g)
+{
+    cblocks b = {.nt = nb_cpu_threads_for(g->planes * g->h * g->w, NB_CPU_GRAIN), .nblk = 1, .blk = g->c};
+    if (g->n < b.nt) {
+        int64_t per = (b.nt + g->n - 1) / g->n;
+        b.blk = ((g->c + per - 1) / per + 15) / 16 * 16;
+        b.nblk = (g->c + b.blk - 1) / b.blk;
+    }
+    return b;
+}
+
+#define BLOCKS_NHWC_FOR(g, b)                                                                      \
+    _Pragma("omp parallel for num_threads((b).nt)")                                                \
+    for (int64_t u = 0; u < (g).n * (b).nblk; u++)
+
+/* Zeroes channels [c0, c1) of image gn's h w pixels. */
+#define ZERO_BLOCK(g, gn, c0, c1)                                                                  \
+    do {                                                                                           \
+        if (c0 == 0 && c1 == g.c) memset(gn, 0, (size_t)(g.h * g.w * g.c) * sizeof *gn);           \
+        else                                                                                       \
+            for (int64_t i = 0; i < g.h * g.w; i++) memset(gn + i * g.c + c0, 0, (size_t)(c1 - c0) * sizeof *gn); \
+    } while (0)
+
+/* Max pooling's backward scatters each output's gradient to its index, per image (or channel
+ * block of one): the sums the NCHW loop makes, in the same order (every index is valid: no
+ * window is empty). */
+#define MAX_BWD_NHWC(T)                                                                            \
+    static void max_bwd_nhwc_##T(pool_geom g, const T *gy, const int64_t *idx, T *gx)             \
+    {                                                                                              \
+        cblocks b = channel_blocks(&g);                                                            \
+        BLOCKS_NHWC_FOR(g, b) {                                                                    \
+            int64_t n = u / b.nblk, c0 = u % b.nblk * b.blk, c1 = c0 + b.blk < g.c ? c0 + b.blk : g.c; \
+            T *gn = gx + n * g.h * g.w * g.c;                                                      \
+            ZERO_BLOCK(g, gn, c0, c1);                                                             \
+            for (int64_t o = n * g.oh * g.ow; o < (n + 1) * g.oh * g.ow; o++) {                    \
+                const T *go = gy + o * g.c;                                                        \
+                const int64_t *io = idx + o * g.c;                                                 \
+                for (int64_t ch = c0; ch < c1; ch++) gn[io[ch] * g.c + ch] += go[ch];              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* Each output's gradient over its divisor, PLANE_CHUNK channels at a time, added to its window. */
+#define MEAN_BWD_NHWC(T, name, WINDOW)                                                             \
+    static void name##_bwd_nhwc_##T(pool_geom g, const T *gy, T *gx)                              \
+    {                                                                                              \
+        cblocks b = channel_blocks(&g);                                                            \
+        BLOCKS_NHWC_FOR(g, b) {                                                                    \
+            int64_t n = u / b.nblk, cb0 = u % b.nblk * b.blk, cb1 = cb0 + b.blk < g.c ? cb0 + b.blk : g.c; \
+            T *gn = gx + n * g.h * g.w * g.c, v[PLANE_CHUNK];                                      \
+            ZERO_BLOCK(g, gn, cb0, cb1);                                                           \
+            for (int64_t oy = 0; oy < g.oh; oy++)                                                  \
+                for (int64_t ox = 0; ox < g.ow; ox++) {                                            \
+                    WINDOW(g);                                                                     \
+                    const T *go = gy + ((n * g.oh + oy) * g.ow + ox) * g.c;                        \
+                    for (int64_t c0 = cb0; c0 < cb1; c0 += PLANE_CHUNK) {                          \
+                        int64_t nc = cb1 - c0 < PLANE_CHUNK ? cb1 - c0 : PLANE_CHUNK;              \
+                        for (int64_t i = 0; i < nc; i++) v[i] = go[c0 + i] / (T)div;               \
+                        for (int64_t iy = y0; iy < y1; iy++)                                       \
+                            for (int64_t ix = x0; ix < x1; ix++) {                                 \
+                                T *restrict gt = gn + (iy * g.w + ix) * g.c + c0;                  \
+                                for (int64_t i = 0; i < nc; i++) gt[i] += v[i];                    \
+                            }                                                                      \
+                    }                                                                              \
+                }                                                                                  \
+        }                                                                                          \
+    }
+
+MAX_PIX_NHWC(float, int32_t)
+MAX_PIX_NHWC(double, int32_t)
+MAX_PIX_NHWC(float, int64_t)
+MAX_PIX_NHWC(double, int64_t)
+MEAN_PIX_NHWC(float, avg, AVG_WINDOW)
+MEAN_PIX_NHWC(double, avg, AVG_WINDOW)
+MEAN_PIX_NHWC(float, adapt, ADAPT_WINDOW)
+MEAN_PIX_NHWC(double, adapt, ADAPT_WINDOW)
+MAX_FWD_NHWC(float)
+MAX_FWD_NHWC(double)
+MEAN_FWD_NHWC(float, avg)
+MEAN_FWD_NHWC(double, avg)
+MEAN_FWD_NHWC(float, adapt)
+MEAN_FWD_NHWC(double, adapt)
+MAX_BWD_NHWC(float)
+MAX_BWD_NHWC(double)
+MEAN_BWD_NHWC(float, avg, AVG_WINDOW)
+MEAN_BWD_NHWC(double, avg, AVG_WINDOW)
+MEAN_BWD_NHWC(float, adapt, ADAPT_WINDOW)
+MEAN_BWD_NHWC(double, adapt, ADAPT_WINDOW)
+
 #define CALL(name, ...)                                                                            \
     do {                                                                                           \
         if (dt == NB_FLOAT32) name##_float(__VA_ARGS__);                                           \
         else name##_double(__VA_ARGS__);                                                           \
     } while (0)
+
+/* Channels-last when the input (forward) or gx (backward) is (nb__is_channels_last): the other
+ * operands must then be dense channels-last too (the ops and rules allocate them so). */
+static nb_status check_nhwc(nb_op op, const nb_kargs *a, bool *cl)
+{
+    bool bwd = op != NB_OP_MAX_POOL2D && op != NB_OP_AVG_POOL2D && op != NB_OP_ADAPTIVE_AVG_POOL2D;
+    const nb_tensor *ops[3] = {a->out, a->in[0], op == NB_OP_MAX_POOL2D ? a->out2 : a->in[1]};
+    *cl = nb__is_channels_last(bwd ? a->out : a->in[0]);
+    for (int i = 0; i < 3; i++) {
+        const nb_tensor *t = ops[i];
+        if (t && !(*cl ? nb_tensor_is_contiguous_format(t, NB_CHANNELS_LAST) : nb__is_contiguous(t)))
+            return nb__err(NB_ERR_INTERNAL, "%s: operand %d is not dense in the %s layout", nb__op_name(op), i,
+                           *cl ? "channels-last" : "contiguous");
+    }
+    return NB_OK;
+}
 
 nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
 {
@@ -263,10 +462,16 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
     if (dt != NB_FLOAT32 && dt != NB_FLOAT64)
         return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", nb__op_name(op),
                        nb_dtype_name(dt));
+    bool cl;
+    NB_TRY(check_nhwc(op, a, &cl));
     void *out = nb__data(a->out), *in0 = nb__data(a->in[0]);
     switch (op) {
     case NB_OP_MAX_POOL2D: {
         pool_geom g = geom(a->in[0], a->out, a);
+        if (cl) {
+            CALL(max_fwd_nhwc, g, in0, out, (int64_t *)nb__data(a->out2));
+            break;
+        }
         int64_t r[4];
         size_t bytes = max_scratch_bytes(&g, max_interior(&g, r));
         void *scratch = malloc(bytes);
@@ -275,13 +480,28 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         free(scratch);
         break;
     }
-    case NB_OP_MAX_POOL2D_BACKWARD:
-        CALL(max_bwd, geom(a->out, a->in[0], a), in0, (const int64_t *)nb__data(a->in[1]), out);
+    case NB_OP_MAX_POOL2D_BACKWARD: {
+        const int64_t *idx = (const int64_t *)nb__data(a->in[1]);
+        if (cl) CALL(max_bwd_nhwc, geom(a->out, a->in[0], a), in0, idx, out);
+        else CALL(max_bwd, geom(a->out, a->in[0], a), in0, idx, out);
         break;
-    case NB_OP_AVG_POOL2D: CALL(avg_fwd, geom(a->in[0], a->out, a), in0, out); break;
-    case NB_OP_AVG_POOL2D_BACKWARD: CALL(avg_bwd, geom(a->out, a->in[0], a), in0, out); break;
-    case NB_OP_ADAPTIVE_AVG_POOL2D: CALL(adapt_fwd, geom(a->in[0], a->out, a), in0, out); break;
-    case NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD: CALL(adapt_bwd, geom(a->out, a->in[0], a), in0, out); break;
+    }
+    case NB_OP_AVG_POOL2D:
+        if (cl) CALL(avg_fwd_nhwc, geom(a->in[0], a->out, a), in0, out);
+        else CALL(avg_fwd, geom(a->in[0], a->out, a), in0, out);
+        break;
+    case NB_OP_AVG_POOL2D_BACKWARD:
+        if (cl) CALL(avg_bwd_nhwc, geom(a->out, a->in[0], a), in0, out);
+        else CALL(avg_bwd, geom(a->out, a->in[0], a), in0, out);
+        break;
+    case NB_OP_ADAPTIVE_AVG_POOL2D:
+        if (cl) CALL(adapt_fwd_nhwc, geom(a->in[0], a->out, a), in0, out);
+        else CALL(adapt_fwd, geom(a->in[0], a->out, a), in0, out);
+        break;
+    case NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD:
+        if (cl) CALL(adapt_bwd_nhwc, geom(a->out, a->in[0], a), in0, out);
+        else CALL(adapt_bwd, geom(a->out, a->in[0], a), in0, out);
+        break;
     default: return nb__err(NB_ERR_INTERNAL, "pool: op %s is not in this family", nb__op_name(op));
     }
     return NB_OK;
