@@ -17,7 +17,9 @@
  * resnet20 CIFAR-10 (its binary batches in --data-dir), through nabla's data loader (shuffled,
  * normalised, prefetched, drop_last), and each timed iteration includes taking its batch from the
  * loader, as the study's real-data runs include each tool's input pipeline. The "-S" networks
- * stay synthetic by definition; the LSTM's PTB has no reader yet (an error for that row). */
+ * stay synthetic by definition; the LSTM's PTB has no reader yet (an error for that row).
+ * --memory-format channels_last converts the image batch to channels-last in each step (as
+ * torch_bench.py's flag of the same name, which also converts the model). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,7 @@ typedef struct bench {
     nb_device dev;
     char dev_name[32];
     nb_profile_mode profile; /* with --profile (o.profile set) */
+    bool channels_last;      /* --memory-format channels_last */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
     bench_result res[MAX_RUNS * MAX_THREADS];
@@ -156,6 +159,10 @@ static int setup(bench *b)
     if (p && strcmp(p, "host") && strcmp(p, "sync"))
         return cli_fail(CLI_USAGE, "bench: unknown --profile \"%s\" (expected host or sync)", p);
     b->profile = p && !strcmp(p, "sync") ? NB_PROFILE_SYNC : NB_PROFILE_HOST;
+    const char *mf = b->o.memory_format;
+    if (mf && strcmp(mf, "contiguous") && strcmp(mf, "channels_last"))
+        return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
+    b->channels_last = mf && !strcmp(mf, "channels_last");
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;
@@ -337,7 +344,7 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t 
 }
 
 /* One timed unit: a training iteration (see the top of the file), or sgemm's matmul. */
-static nb_status iterate(bench_net *n, nb_device dev, double *loss_out)
+static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double *loss_out)
 {
     const bench_spec *s = n->s;
     nb_scope *sc = nb_scope_begin();
@@ -351,7 +358,12 @@ static nb_status iterate(bench_net *n, nb_device dev, double *loss_out)
     }
     if (n->loader) st = next_batch(n);
     if (st == NB_OK) st = nb_optim_zero_grad(n->opt);
-    nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, n->x) : NULL, *y = n->y;
+    /* --memory-format channels_last: an image batch is converted here, inside the step (a data
+     * pipeline gives NCHW), and the layers keep the layout from there on */
+    nb_tensor *x = n->x;
+    if (st == NB_OK && channels_last && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST)))
+        st = nb_last_status();
+    nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, x) : NULL, *y = n->y;
     if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
         int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};
         out = nb_reshape(out, flat, 2);
@@ -397,7 +409,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     double *t = malloc((size_t)iters * sizeof *t);
     nb_status st = t ? NB_OK : NB_ERR_OOM;
     if (st == NB_OK && b->dev.type == NB_DEVICE_CPU) st = nb_set_num_threads(threads);
-    for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) st = iterate(n, b->dev, &r->loss);
+    for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) st = iterate(n, b->dev, b->channels_last, &r->loss);
     /* on a GPU, CUDA events bracket each iteration on the current stream: the time the device
      * took from the first queued kernel to the last, host gaps between launches included */
     bool gpu = b->dev.type == NB_DEVICE_CUDA;
@@ -409,7 +421,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     for (int64_t i = 0; st == NB_OK && i < iters; i++) {
         double t0 = cli_now();
         if (gpu) st = nb_cuda_event_record(e0, NULL);
-        if (st == NB_OK) st = iterate(n, b->dev, &r->loss);
+        if (st == NB_OK) st = iterate(n, b->dev, b->channels_last, &r->loss);
         if (st == NB_OK && gpu) st = nb_cuda_event_record(e1, NULL);
         if (st == NB_OK && gpu) st = nb_cuda_event_synchronize(e1);
         float ms = 0;
@@ -475,6 +487,7 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("impl", "nabla");
     json_str("model", r->s->name);
     json_str("device", b->dev_name);
+    json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
     printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
            (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
     if (!r->ok) {
@@ -583,7 +596,7 @@ int cmd_bench(int argc, char **argv)
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
                        "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir "
-                       "--profile",
+                       "--profile --memory-format",
                        &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {

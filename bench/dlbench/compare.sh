@@ -15,6 +15,7 @@
 # usage: bench/dlbench/compare.sh [--model a,b,...] [--threads 1,2,...] [--iters N] [--warmup N]
 #                                 [--batch-size N] [--data synthetic|real] [--data-dir DIR]
 #                                 [--rounds N] [--results DIR] [--build-dir DIR]
+#                                 [--memory-format F] [--torch-memory-format F]
 #                                 [--no-build] [--no-peak] [--plain-env]
 #   --model      networks (default: the seven DLBench ones: fcn-s,alexnet-s,resnet-50,fcn-r,
 #                alexnet-r,resnet-56,lstm; also cnn, resnet20)
@@ -23,6 +24,8 @@
 #   --data real [--data-dir DIR]      real inputs through each side's own input pipeline:
 #                Fashion-MNIST for fcn-r and cnn, CIFAR-10 (binary batches in DIR) for alexnet-r,
 #                resnet-56 and resnet20 (default: synthetic)
+#   --memory-format contiguous|channels_last   both sides' layout for the image networks
+#                (default contiguous); --torch-memory-format then sets PyTorch's alone
 #   --rounds N   run every (network, threads) pair N times, alternating; each side's lowest
 #                median over the rounds is reported (the least disturbed; default 1)
 #   --results    where the raw results go (default build-bench/dlbench-results/<UTC time>)
@@ -44,6 +47,8 @@ warmup=2
 batch=()
 data=()
 rounds=1
+mf_nabla=contiguous
+mf_torch=contiguous
 results=""
 build_dir="$root/build-bench"
 build=1
@@ -58,6 +63,8 @@ while [ $# -gt 0 ]; do
     --batch-size) batch=(--batch-size "$2"); shift ;;
     --data) data+=(--data "$2"); shift ;;
     --data-dir) data+=(--data-dir "$2"); shift ;;
+    --memory-format) mf_nabla="$2"; mf_torch="$2"; shift ;;
+    --torch-memory-format) mf_torch="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --results) results="$2"; shift ;;
     --build-dir) build_dir="$2"; shift ;;
@@ -114,7 +121,8 @@ run_env() { # threads, command...: the command with the benchmark environment
       "MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:--1}"
   fi
   echo "command: bench/dlbench/compare.sh --model $models --threads $threads --iters $iters --warmup $warmup" \
-    "${batch[*]} ${data[*]} --rounds $rounds$([ "$plain" -eq 1 ] && echo ' --plain-env')"
+    "${batch[*]} ${data[*]} --rounds $rounds --memory-format $mf_nabla --torch-memory-format $mf_torch" \
+    "$([ "$plain" -eq 1 ] && echo ' --plain-env')"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$results/env.txt"
 cat "$results/env.txt" >&2
@@ -124,9 +132,10 @@ status=0
 pair() { # model threads outfile-suffix
   local m=$1 t=$2 out=${3:-}
   log "nabla $m, $t thread(s)"
-  run_env "$t" "$nabla" bench --model "$m" --threads "$t" "${common[@]}" >>"$results/${out:-nabla}.jsonl" || status=1
+  run_env "$t" "$nabla" bench --model "$m" --threads "$t" --memory-format "$mf_nabla" "${common[@]}" \
+    >>"$results/${out:-nabla}.jsonl" || status=1
   log "pytorch $m, $t thread(s)"
-  run_env "$t" "$py" "$here/torch_bench.py" --model "$m" --threads "$t" "${common[@]}" \
+  run_env "$t" "$py" "$here/torch_bench.py" --model "$m" --threads "$t" --memory-format "$mf_torch" "${common[@]}" \
     >>"$results/${out:-torch}.jsonl" || status=1
 }
 IFS=, read -r -a tlist <<<"$threads"

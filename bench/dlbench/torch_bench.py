@@ -110,7 +110,7 @@ class Net:
     """The model, optimizer and batch of one network (all built once; with --data real a
     DataLoader over the training set gives each iteration's batch)."""
 
-    def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None):
+    def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None, memory_format="contiguous"):
         c, h, w, classes, _, _, opt, _ = SPECS[name]
         self.name, self.batch, self.device, self.state = name, batch, device, None
         torch.manual_seed(seed)
@@ -131,6 +131,9 @@ class Net:
             self.x = torch.randn(batch, c, h, w, generator=g)
             self.y = torch.randint(0, classes, (batch,), generator=g)
         self.model.to(device).train()
+        self.channels_last = memory_format == "channels_last" and self.model is not None
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
         self.x, self.y = self.x.to(device), self.y.to(device)
         self.loader, self.it = None, None
         if data == "real" and name == "lstm":
@@ -172,7 +175,10 @@ class Net:
             self.state = tuple(s.detach() for s in state)
             loss = F.cross_entropy(out.reshape(-1, LSTM_VOCAB), self.y.reshape(-1))
         else:
-            loss = F.cross_entropy(self.model(self.x), self.y)
+            x = self.x
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        loss = F.cross_entropy(self.model(x), self.y)
         loss.backward()
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
@@ -184,7 +190,7 @@ class Net:
 
 def time_net(net, threads, args, device_name):
     r = {"impl": "pytorch", "model": net.name, "device": device_name, "threads": threads, "batch": net.batch,
-         "iters": args.iters, "warmup": args.warmup}
+         "iters": args.iters, "warmup": args.warmup, "memory_format": args.memory_format}
     if net.device.type == "cpu":
         torch.set_num_threads(threads)
     loss = float("nan")
@@ -255,6 +261,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default="synthetic", choices=["synthetic", "real"])
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
+                    help="channels_last: the model's 4-D parameters are converted once and the image batch "
+                         "in each step (as `nabla bench --memory-format channels_last`)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's per-op table (self time) on stderr after each network")
     args = ap.parse_args()
@@ -279,7 +288,7 @@ def main():
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
-            net = Net(name, batch, args.seed, device, args.data, args.data_dir)
+            net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format)
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
