@@ -157,6 +157,22 @@ else
     fail "--profile host: $(head -c 600 pe.txt)"
 fi
 expect 2 'unknown device "tpu"' "$nabla" bench --model cnn --device tpu
+
+# ---- --memory-format: a bad name is a usage error; channels_last gives the same first loss as
+# contiguous (one iteration: the loss is the forward's, before any update) and says so in the JSON ----
+expect 2 'bench: unknown --memory-format "nhwc" (expected contiguous or channels_last)' \
+    "$nabla" bench --model cnn --memory-format nhwc
+if "$nabla" bench --model resnet20,cnn --threads 1 "${tinier[@]}" --format json > mf0.txt &&
+    "$nabla" bench --model resnet20,cnn --threads 1 "${tinier[@]}" --format json \
+        --memory-format channels_last > mf1.txt &&
+    [[ $(grep -c '"memory_format": "channels_last"' mf1.txt) -eq 2 ]] &&
+    [[ $(grep -c '"memory_format": "contiguous"' mf0.txt) -eq 2 ]] &&
+    paste -d'\n' mf0.txt mf1.txt | sed -E 's/.*"loss": ([^,}]*).*/\1/' | paste - - |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($1 < 0 ? -$1 : $1) + 1e-6) exit 1 }'; then
+    pass "--memory-format channels_last: first losses equal contiguous's ($(sed -E 's/.*"loss": ([^,}]*).*/\1/' mf1.txt | tr '\n' ' '))"
+else
+    fail "--memory-format channels_last: $(cat mf0.txt mf1.txt | head -c 800)"
+fi
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
 if "$nabla" info | grep -Eq '^  cuda:[0-9]'; then
