@@ -176,9 +176,9 @@ class Net:
             loss = F.cross_entropy(out.reshape(-1, LSTM_VOCAB), self.y.reshape(-1))
         else:
             x = self.x
-        if self.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        loss = F.cross_entropy(self.model(x), self.y)
+            if self.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            loss = F.cross_entropy(self.model(x), self.y)
         loss.backward()
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
