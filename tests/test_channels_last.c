@@ -80,6 +80,7 @@ static void test_errors_and_grad(void **state)
     NBT_FAILS(nb_contiguous_format(NULL, NB_CHANNELS_LAST) == NULL, NB_ERR_INVALID_ARG, "NULL", NULL);
     assert_false(nb_tensor_is_contiguous_format(x3, NB_CHANNELS_LAST));
     assert_false(nb_tensor_is_contiguous_format(NULL, NB_CHANNELS_LAST));
+    assert_false(nb_tensor_is_contiguous_format(x3, (nb_memory_format)7)); /* not a format */
     /* d/dx sum(cl(x) * w) = w */
     nb_tensor *x = NBT_CHECK(nbt_leaf(randn4(2, 3, 4, 5))), *w = randn4(2, 3, 4, 5);
     nb_tensor *y = NBT_CHECK(nb_mul(NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST)), w));

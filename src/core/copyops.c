@@ -54,8 +54,8 @@ nb_tensor *nb_contiguous(const nb_tensor *t)
 bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f)
 {
     if (!t) return false;
-    if (f != NB_CHANNELS_LAST) return nb__is_contiguous(t);
-    if (t->ndim != 4) return false;
+    if (f == NB_CONTIGUOUS_FORMAT) return nb__is_contiguous(t);
+    if (f != NB_CHANNELS_LAST || t->ndim != 4) return false;
     if (nb__numel(t->shape, 4) == 0) return true;
     int64_t want[4];
     nb__channels_last_strides(t->shape, want);
