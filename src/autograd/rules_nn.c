@@ -114,7 +114,7 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *stats = nb__node_saved(node, 2);
     if (!x || (node->i0 && !w) || !stats) return nb_last_status();
     /* a channels-last x (CPU only: see nb_batch_norm) takes g and gives gx channels-last */
-    bool cl = x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
+    bool cl = nb__keeps_channels_last(x);
     nb_tensor *gc = cl ? nb_contiguous_format(g, NB_CHANNELS_LAST) : nb_contiguous(g);
     if (!gc) return nb_last_status();
     int64_t c = x->shape[1], row[2] = {1, c};

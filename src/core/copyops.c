@@ -55,13 +55,7 @@ bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f)
 {
     if (!t) return false;
     if (f == NB_CONTIGUOUS_FORMAT) return nb__is_contiguous(t);
-    if (f != NB_CHANNELS_LAST || t->ndim != 4) return false;
-    if (nb__numel(t->shape, 4) == 0) return true;
-    int64_t want[4];
-    nb__channels_last_strides(t->shape, want);
-    for (int i = 0; i < 4; i++)
-        if (t->shape[i] != 1 && t->strides[i] != want[i]) return false;
-    return true;
+    return f == NB_CHANNELS_LAST && nb__is_dense_channels_last(t);
 }
 
 /* A channels-last copy of 4-D t (no autograd), on any backend: the copy kernel writes a fresh

@@ -42,14 +42,22 @@ void nb__channels_last_strides(const int64_t *shape, int64_t *strides)
     }
 }
 
-bool nb__is_channels_last(const nb_tensor *t)
+bool nb__is_dense_channels_last(const nb_tensor *t)
 {
-    if (t->ndim != 4 || nb__is_contiguous(t)) return false;
+    if (t->ndim != 4) return false;
+    if (nb__numel(t->shape, 4) == 0) return true;
     int64_t want[4];
     nb__channels_last_strides(t->shape, want);
     for (int i = 0; i < 4; i++)
         if (t->shape[i] != 1 && t->strides[i] != want[i]) return false;
     return true;
+}
+
+bool nb__is_channels_last(const nb_tensor *t) { return !nb__is_contiguous(t) && nb__is_dense_channels_last(t); }
+
+bool nb__keeps_channels_last(const nb_tensor *t)
+{
+    return t->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(t);
 }
 
 nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out)

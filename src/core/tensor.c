@@ -118,7 +118,7 @@ nb_tensor *nb__tensor_new_as(const char *op, const int64_t *shape, int ndim, nb_
     bool cl = false;
     for (int i = 0; i < nrefs && ndim == 4 && device.type == NB_DEVICE_CPU && !cl; i++) {
         const nb_tensor *r = refs[i];
-        cl = r && r->ndim == 4 && memcmp(r->shape, shape, 4 * sizeof *shape) == 0 && nb__is_channels_last(r);
+        cl = r && r->ndim == 4 && memcmp(r->shape, shape, 4 * sizeof *shape) == 0 && nb__keeps_channels_last(r);
     }
     return nb__tensor_new_format(op, shape, ndim, dtype, device, cl);
 }

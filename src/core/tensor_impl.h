@@ -99,9 +99,14 @@ void nb__contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
 bool nb__is_contiguous(const nb_tensor *t);
 /* Channels-last strides for a 4-D shape ([H*W*C, 1, W*C, C], size-1 dims as nb__contiguous_strides). */
 void nb__channels_last_strides(const int64_t *shape, int64_t *strides);
-/* A 4-D tensor dense in the channels-last layout and not also contiguous (the layout the CPU's
- * layers propagate; see nb_memory_format). */
+/* A 4-D tensor dense in the channels-last layout, size-1 dims ignored (it may be contiguous too:
+ * one channel, or a 1x1 plane). */
+bool nb__is_dense_channels_last(const nb_tensor *t);
+/* A 4-D tensor dense in the channels-last layout and not also contiguous. */
 bool nb__is_channels_last(const nb_tensor *t);
+/* The layers' rule (see nb_memory_format): on the CPU, a channels-last t is kept so, and results
+ * and gradients follow it; anywhere else it is made contiguous. */
+bool nb__keeps_channels_last(const nb_tensor *t);
 /* Wraps a possibly negative dim into [0, ndim); sets an error naming op on failure. ndim 0
  * accepts -1 and 0, as PyTorch does for scalars. */
 nb_status nb__wrap_dim(const char *op, int64_t dim, int ndim, int64_t *out);

@@ -122,7 +122,7 @@ nb_tensor *nb_conv2d(const nb_tensor *x, const nb_tensor *weight, const nb_tenso
     if (x4 && check_tensors(x4, weight, bias, p) == NB_OK) {
         /* a channels-last input stays so on the CPU (and so does the result); on CUDA it is
          * made contiguous */
-        bool cl = x4->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x4);
+        bool cl = nb__keeps_channels_last(x4);
         nb_tensor *xc = cl ? nb__track(nb_tensor_retain(x4)) : nb_contiguous(x4);
         nb_tensor *wc = nb_contiguous(weight), *bc = bias ? nb_contiguous(bias) : NULL;
         const nb_tensor *orig[3] = {xc, wc, bc};

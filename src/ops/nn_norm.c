@@ -91,7 +91,7 @@ nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor 
     int64_t c = x->shape[1];
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    bool cl = x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
+    bool cl = nb__keeps_channels_last(x);
     nb_tensor *xc = cl ? nb_contiguous_format(x, NB_CHANNELS_LAST) : nb_contiguous(x);
     nb_tensor *wc = weight ? nb_contiguous(weight) : NULL;
     nb_tensor *bc = bias ? nb_contiguous(bias) : NULL, *y = NULL;

@@ -98,19 +98,13 @@ static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x, boo
     return out;
 }
 
-/* Whether 4-D x goes to the kernel channels-last, as it is (the CPU's NHWC kernels). */
-static bool keep_channels_last(const nb_tensor *x)
-{
-    return x->ndim == 4 && x->storage->device.type == NB_DEVICE_CPU && nb__is_channels_last(x);
-}
-
 /* The shared frame: 3-D inputs gain and lose a batch dim, inputs are made contiguous unless
  * kept channels-last. */
 static nb_tensor *pool_entry(nb_op op, const pool_args *a, const nb_tensor *x)
 {
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    bool cl = keep_channels_last(x);
+    bool cl = nb__keeps_channels_last(x);
     nb_tensor *x4 = x->ndim == 4 ? (nb_tensor *)x : nb_unsqueeze(x, 0);
     nb_tensor *xc = x4 && !cl ? nb_contiguous(x4) : x4;
     nb_tensor *out = xc ? pool_run(op, a, xc, cl) : NULL;
@@ -160,7 +154,7 @@ nb_tensor *nb_adaptive_avg_pool2d(const nb_tensor *x, int64_t out_h, int64_t out
                             (long long)out_h, (long long)out_w);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    bool cl = keep_channels_last(x);
+    bool cl = nb__keeps_channels_last(x);
     nb_tensor *x4 = x->ndim == 4 ? (nb_tensor *)x : nb_unsqueeze(x, 0);
     nb_tensor *xc = x4 && !cl ? nb_contiguous(x4) : x4;
     nb_tensor *out = xc ? adaptive_run(xc, out_h, out_w, cl) : NULL;
