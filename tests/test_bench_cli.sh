@@ -173,6 +173,20 @@ if "$nabla" bench --model resnet20,cnn --threads 1 "${tinier[@]}" --format json 
 else
     fail "--memory-format channels_last: $(cat mf0.txt mf1.txt | head -c 800)"
 fi
+# ---- --conv-algo: a bad name is a usage error; the JSON records the algorithm, from the flag or
+# from NABLA_CONV_ALGO, and Winograd's first losses equal the direct ones (same forward, other
+# rounding: ResNet-20's 3x3 convolutions have 16-64 channels) ----
+expect 2 'bench: unknown --conv-algo "fft" (expected auto, direct or winograd)' \
+    "$nabla" bench --model cnn --conv-algo fft
+if "$nabla" bench --model resnet20 --threads 1 "${tinier[@]}" --format json --conv-algo direct > ca0.txt &&
+    NABLA_CONV_ALGO=winograd "$nabla" bench --model resnet20 --threads 1 "${tinier[@]}" --format json > ca1.txt &&
+    grep -q '"conv_algo": "direct"' ca0.txt && grep -q '"conv_algo": "winograd"' ca1.txt &&
+    paste -d'\n' ca0.txt ca1.txt | sed -E 's/.*"loss": ([^,}]*).*/\1/' | paste - - |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($1 < 0 ? -$1 : $1) + 1e-6) exit 1 }'; then
+    pass "--conv-algo: recorded; Winograd's first loss equals direct's ($(sed -E 's/.*"loss": ([^,}]*).*/\1/' ca0.txt ca1.txt | tr '\n' ' '))"
+else
+    fail "--conv-algo: $(cat ca0.txt ca1.txt | head -c 800)"
+fi
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
 if "$nabla" info | grep -Eq '^  cuda:[0-9]'; then

@@ -19,7 +19,9 @@
  * loader, as the study's real-data runs include each tool's input pipeline. The "-S" networks
  * stay synthetic by definition; the LSTM's PTB has no reader yet (an error for that row).
  * --memory-format channels_last converts the image batch to channels-last in each step (as
- * torch_bench.py's flag of the same name, which also converts the model). */
+ * torch_bench.py's flag of the same name, which also converts the model). --conv-algo sets the
+ * CPU convolutions' algorithm (nb_set_conv_algo; the default is NABLA_CONV_ALGO's, else auto);
+ * the JSON records the one used. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +165,15 @@ static int setup(bench *b)
     if (mf && strcmp(mf, "contiguous") && strcmp(mf, "channels_last"))
         return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
     b->channels_last = mf && !strcmp(mf, "channels_last");
+    const char *ca = b->o.conv_algo;
+    if (ca) {
+        nb_conv_algo a = NB_CONV_ALGO_AUTO;
+        if (!strcmp(ca, "direct")) a = NB_CONV_ALGO_DIRECT;
+        else if (!strcmp(ca, "winograd")) a = NB_CONV_ALGO_WINOGRAD;
+        else if (strcmp(ca, "auto"))
+            return cli_fail(CLI_USAGE, "bench: unknown --conv-algo \"%s\" (expected auto, direct or winograd)", ca);
+        if (nb_set_conv_algo(a) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "bench");
+    }
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;
@@ -488,6 +499,7 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("model", r->s->name);
     json_str("device", b->dev_name);
     json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
+    json_str("conv_algo", nb_conv_algo_name(nb_get_conv_algo()));
     printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
            (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
     if (!r->ok) {
@@ -596,7 +608,7 @@ int cmd_bench(int argc, char **argv)
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
                        "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir "
-                       "--profile --memory-format",
+                       "--profile --memory-format --conv-algo",
                        &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {

@@ -47,5 +47,6 @@ int cmd_info(int argc, char **argv)
             printf("  cuda:%d    (properties unavailable: %s)\n", i, nb_last_error());
     }
     printf("threads: %d\n", nb_get_num_threads());
+    printf("cpu convolutions: %s\n", nb_conv_algo_name(nb_get_conv_algo()));
     return CLI_OK;
 }

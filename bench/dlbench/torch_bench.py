@@ -190,7 +190,10 @@ class Net:
 
 def time_net(net, threads, args, device_name):
     r = {"impl": "pytorch", "model": net.name, "device": device_name, "threads": threads, "batch": net.batch,
-         "iters": args.iters, "warmup": args.warmup, "memory_format": args.memory_format}
+         "iters": args.iters, "warmup": args.warmup, "memory_format": args.memory_format,
+         # PyTorch has no algorithm switch for its CPU convolutions (its oneDNN path asks for the
+         # direct algorithm); cuDNN chooses its own on CUDA
+         "conv_algo": "default"}
     if net.device.type == "cpu":
         torch.set_num_threads(threads)
     loss = float("nan")

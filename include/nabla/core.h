@@ -111,6 +111,28 @@ NB_API nb_status nb_device_synchronize(nb_device d);
 NB_API nb_status nb_set_num_threads(int n);
 NB_API int nb_get_num_threads(void);
 
+/* ---- convolution algorithm (CPU) ---------------------------------------------------------- */
+
+/* How float32 convolutions on the CPU (oneDNN) pick their algorithm.
+ * - NB_CONV_ALGO_AUTO, the default: Winograd's F(4x4, 3x3) for the convolutions where oneDNN has
+ *   it (3x3 kernel, stride 1, no dilation, no groups, channels in and out multiples of 16; CPUs
+ *   with AVX-512) and where it is measured to be faster than the direct kernels (for
+ *   channels-last activations, which it must reorder, from 32 channels in and out); direct
+ *   elsewhere. Winograd does a 3x3 convolution in about 2.25x fewer multiplications, and rounds
+ *   differently: its results differ from the direct sums by a relative 1e-6 to 1e-5 of the
+ *   output's scale (its gradients alike), where the direct kernels differ from float64 by 1e-7.
+ * - NB_CONV_ALGO_DIRECT: direct kernels only (the algorithm of PyTorch's CPU convolutions).
+ * - NB_CONV_ALGO_WINOGRAD: Winograd wherever oneDNN has it, direct elsewhere.
+ * The default is read once from NABLA_CONV_ALGO ("auto", "direct" or "winograd"), else auto.
+ * The choice applies to convolutions started after the call; it is not meant to be changed
+ * while other threads run convolutions. CUDA convolutions (cuDNN) do not follow it. */
+typedef enum nb_conv_algo { NB_CONV_ALGO_AUTO = 0, NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD } nb_conv_algo;
+/* Fails with NB_ERR_INVALID_ARG for a value that is none of the three. */
+NB_API nb_status nb_set_conv_algo(nb_conv_algo algo);
+NB_API nb_conv_algo nb_get_conv_algo(void);
+/* The algorithm's name ("auto", "direct", "winograd"); "?" for a value that is none. */
+NB_API const char *nb_conv_algo_name(nb_conv_algo algo);
+
 /* ---- scopes -------------------------------------------------------------------------------- */
 
 typedef struct nb_scope nb_scope;

@@ -26,6 +26,7 @@
 /* A primitive with, per argument, its oneDNN id, the layout it wants and the tensor's layout. */
 typedef struct prim {
     dnnl_primitive_t p;
+    bool wino; /* oneDNN's implementation is a Winograd one */
     int nargs;
     int arg[MAX_ARGS];
     bool out[MAX_ARGS];
@@ -36,6 +37,8 @@ typedef struct prim {
 typedef struct conv_entry {
     bool used, bias, relu; /* relu: the forward applies max(0, .) as a post-op */
     int threads; /* oneDNN sizes some primitives' work split for the thread count at creation */
+    nb_conv_algo algo; /* the policy the entry was built under */
+    bool wino;         /* its primitives run Winograd F(4x4, 3x3) */
     nb_conv_geom g;
     dnnl_memory_desc_t x_md, w_md, b_md, y_md; /* the tensors' plain layouts */
     dnnl_memory_desc_t x_any, w_any, y_any;    /* format_tag_any: oneDNN's choice */
@@ -60,6 +63,9 @@ static struct {
 } ctx = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static atomic_bool enabled = true;
+static atomic_ullong wino_runs; /* executions of Winograd primitives */
+
+unsigned long long nb__dnnl_winograd_runs(void) { return atomic_load(&wino_runs); }
 
 bool nb__dnnl_enabled(void) { return atomic_load(&enabled); }
 
@@ -139,33 +145,96 @@ static nb_status prim_make(const char *op, prim *pr, dnnl_primitive_desc_t pd, c
         const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what[i], 0);
         pr->want[i] = md ? *md : *user[i];
     }
+    const char *impl = NULL;
+    pr->wino = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+               strstr(impl, "wino");
     dnnl_status_t s = dnnl_primitive_create(&pr->p, pd);
     dnnl_primitive_desc_destroy(pd);
     return nb__dnnl_check(op, "dnnl_primitive_create", s);
 }
 
-/* The forward's primitive descriptor, with a ReLU post-op when relu. */
-static nb_status fwd_pd_create(dnnl_primitive_desc_t *pd, const dnnl_convolution_desc_t *cd, bool relu)
+/* The forward's primitive descriptor, with a ReLU post-op when relu: oneDNN's status. */
+static dnnl_status_t fwd_pd_create(dnnl_primitive_desc_t *pd, const dnnl_convolution_desc_t *cd, bool relu)
 {
-    const char *op = "conv2d";
-    if (!relu)
-        return nb__dnnl_check(op, "dnnl_primitive_desc_create",
-                              dnnl_primitive_desc_create(pd, cd, NULL, ctx.engine, NULL));
+    if (!relu) return dnnl_primitive_desc_create(pd, cd, NULL, ctx.engine, NULL);
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_attr_t attr = NULL;
-    nb_status st = nb__dnnl_check(op, "dnnl_post_ops_create", dnnl_post_ops_create(&po));
-    if (st == NB_OK)
-        st = nb__dnnl_check(op, "dnnl_post_ops_append_eltwise",
-                            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-    if (st == NB_OK) st = nb__dnnl_check(op, "dnnl_primitive_attr_create", dnnl_primitive_attr_create(&attr));
-    if (st == NB_OK)
-        st = nb__dnnl_check(op, "dnnl_primitive_attr_set_post_ops", dnnl_primitive_attr_set_post_ops(attr, po));
-    if (st == NB_OK)
-        st = nb__dnnl_check(op, "dnnl_primitive_desc_create",
-                            dnnl_primitive_desc_create(pd, cd, attr, ctx.engine, NULL));
+    dnnl_status_t s = dnnl_post_ops_create(&po);
+    if (s == dnnl_success) s = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (s == dnnl_success) s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_post_ops(attr, po);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, cd, attr, ctx.engine, NULL);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (po) dnnl_post_ops_destroy(po);
-    return st;
+    return s;
+}
+
+/* ---- the algorithm ---- */
+
+static atomic_int g_algo = -1; /* an nb_conv_algo; -1 until read from NABLA_CONV_ALGO */
+
+const char *nb_conv_algo_name(nb_conv_algo a)
+{
+    switch (a) {
+    case NB_CONV_ALGO_AUTO: return "auto";
+    case NB_CONV_ALGO_DIRECT: return "direct";
+    case NB_CONV_ALGO_WINOGRAD: return "winograd";
+    }
+    return "?";
+}
+
+nb_conv_algo nb_get_conv_algo(void)
+{
+    int a = atomic_load(&g_algo);
+    if (a >= 0) return (nb_conv_algo)a;
+    const char *env = getenv("NABLA_CONV_ALGO");
+    int want = NB_CONV_ALGO_AUTO;
+    if (env && strcmp(env, "direct") == 0) want = NB_CONV_ALGO_DIRECT;
+    if (env && strcmp(env, "winograd") == 0) want = NB_CONV_ALGO_WINOGRAD;
+    atomic_compare_exchange_strong(&g_algo, &a, want);
+    return (nb_conv_algo)atomic_load(&g_algo);
+}
+
+nb_status nb_set_conv_algo(nb_conv_algo a)
+{
+    if (a != NB_CONV_ALGO_AUTO && a != NB_CONV_ALGO_DIRECT && a != NB_CONV_ALGO_WINOGRAD)
+        return nb__err(NB_ERR_INVALID_ARG, "set_conv_algo: %d is no algorithm (auto %d, direct %d, winograd %d)",
+                       (int)a, NB_CONV_ALGO_AUTO, NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD);
+    atomic_store(&g_algo, (int)a);
+    return NB_OK;
+}
+
+/* Whether the convolution g should be tried on oneDNN's Winograd F(4x4, 3x3) under algo (oneDNN
+ * may still decline it, and then the direct kernels run). Its kernels take 3x3 stride-1 ungrouped
+ * convolutions with channels in and out multiples of 16 (its vector width). Under auto, for
+ * channels-last activations, which Winograd must reorder into its blocked layout (the direct
+ * kernels take them as they are), only from 32 channels in and out: on ResNet-56's 16-channel
+ * layer (batch 128, 32x32) the five reorders a training step adds cost more than Winograd saves
+ * (docs/BENCHMARKS.md, "Winograd"). */
+static bool wants_winograd(const nb_conv_geom *g, nb_conv_algo algo)
+{
+    if (algo == NB_CONV_ALGO_DIRECT) return false;
+    if (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 || g->groups != 1)
+        return false;
+    if (g->c % 16 || g->oc % 16) return false;
+    return algo == NB_CONV_ALGO_WINOGRAD || !g->cl || (g->c >= 32 && g->oc >= 32);
+}
+
+/* The forward's descriptor and primitive descriptor on alg, activations in act_any. */
+static dnnl_status_t fwd_try(conv_entry *e, dnnl_alg_kind_t alg, dnnl_format_tag_t act_any)
+{
+    const nb_conv_geom *g = &e->g;
+    dnnl_dims_t xd = {g->n, g->c, g->h, g->w}, yd = {g->n, g->oc, g->oh, g->ow};
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&e->x_any, 4, xd, dnnl_f32, act_any);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&e->y_any, 4, yd, dnnl_f32, act_any);
+    conv_dims d = dims_of(g);
+    dnnl_convolution_desc_t cd;
+    if (s == dnnl_success)
+        s = dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &e->x_any, &e->w_any,
+                                                       e->bias ? &e->b_md : NULL, &e->y_any, d.strides, d.dilates,
+                                                       d.pad_l, d.pad_r);
+    if (s == dnnl_success) s = fwd_pd_create(&e->fwd_pd, &cd, e->relu);
+    return s;
 }
 
 /* Fills a fresh entry's memory descriptors and its forward primitive. */
@@ -176,14 +245,11 @@ static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias, boo
     e->bias = bias;
     e->relu = relu;
     e->threads = nb_get_num_threads();
+    e->algo = nb_get_conv_algo();
     dnnl_dims_t xd = {g->n, g->c, g->h, g->w}, yd = {g->n, g->oc, g->oh, g->ow}, bd = {g->oc};
-    /* Channels-last activations are handed to oneDNN as they are (acdb: its NHWC kernels, no
-     * reorder); NCHW ones are left to oneDNN's choice (its blocked layouts, reordered). */
-    dnnl_format_tag_t act = g->cl ? dnnl_acdb : dnnl_abcd, act_any = g->cl ? dnnl_acdb : dnnl_format_tag_any;
+    dnnl_format_tag_t act = g->cl ? dnnl_acdb : dnnl_abcd;
     DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->x_md, 4, xd, dnnl_f32, act));
     DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->y_md, 4, yd, dnnl_f32, act));
-    DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->x_any, 4, xd, dnnl_f32, act_any));
-    DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->y_any, 4, yd, dnnl_f32, act_any));
     DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->b_md, 1, bd, dnnl_f32, dnnl_a));
     if (g->groups == 1) {
         dnnl_dims_t wd = {g->oc, g->c, g->kh, g->kw};
@@ -194,12 +260,15 @@ static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias, boo
         DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->w_md, 5, wd, dnnl_f32, dnnl_abcde));
         DNNL_TRY(op, dnnl_memory_desc_init_by_tag(&e->w_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
     }
-    conv_dims d = dims_of(g);
-    dnnl_convolution_desc_t cd;
-    DNNL_TRY(op, dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                                            &e->x_any, &e->w_any, bias ? &e->b_md : NULL,
-                                                            &e->y_any, d.strides, d.dilates, d.pad_l, d.pad_r));
-    NB_TRY(fwd_pd_create(&e->fwd_pd, &cd, relu));
+    /* Winograd runs on its own blocked layouts, so its activations are left to oneDNN's choice
+     * whatever the tensors' layout. When oneDNN has no Winograd kernel for the case (no AVX-512,
+     * a padding it does not take...), the direct kernels run. */
+    e->wino = wants_winograd(g, e->algo) && fwd_try(e, dnnl_convolution_winograd, dnnl_format_tag_any) == dnnl_success;
+    if (!e->wino) {
+        /* Direct: channels-last activations are handed to oneDNN as they are (acdb: its NHWC
+         * kernels, no reorder); NCHW ones are left to oneDNN's choice (its blocked layouts). */
+        DNNL_TRY(op, fwd_try(e, dnnl_convolution_direct, g->cl ? dnnl_acdb : dnnl_format_tag_any));
+    }
     dnnl_primitive_desc_t pd;
     DNNL_TRY(op, dnnl_primitive_desc_clone(&pd, e->fwd_pd));
     const int arg[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
@@ -214,14 +283,16 @@ static nb_status entry_init(conv_entry *e, const nb_conv_geom *g, bool bias, boo
     return NB_OK;
 }
 
-/* The cached entry for (g, bias, relu, thread count), built on a miss (evicting round-robin).
+/* The cached entry for (g, bias, relu, thread count, algorithm), built on a miss (evicting round-robin).
  * Call under ctx.lock. */
 static conv_entry *lookup(const nb_conv_geom *g, bool bias, bool relu, nb_status *st)
 {
     int threads = nb_get_num_threads();
+    nb_conv_algo algo = nb_get_conv_algo();
     for (int i = 0; i < CACHE_SIZE; i++) {
         conv_entry *e = &ctx.cache[i];
-        if (e->used && e->bias == bias && e->relu == relu && e->threads == threads && memcmp(&e->g, g, sizeof *g) == 0)
+        if (e->used && e->bias == bias && e->relu == relu && e->threads == threads && e->algo == algo &&
+            memcmp(&e->g, g, sizeof *g) == 0)
             return e;
     }
     conv_entry *e = &ctx.cache[ctx.next_evict];
@@ -235,16 +306,32 @@ static conv_entry *lookup(const nb_conv_geom *g, bool bias, bool relu, nb_status
     return e;
 }
 
+/* A backward primitive descriptor (diff_weights: of the weight gradient, else of the input
+ * gradient) for entry e: on Winograd when its forward is, falling back to the direct kernels
+ * when oneDNN has no Winograd kernel for that direction. */
+static dnnl_status_t bwd_pd_create(dnnl_primitive_desc_t *pd, const conv_entry *e, bool diff_weights)
+{
+    conv_dims d = dims_of(&e->g);
+    dnnl_status_t s = dnnl_unimplemented;
+    for (int wino = e->wino; wino >= 0 && s != dnnl_success; wino--) {
+        dnnl_alg_kind_t alg = wino ? dnnl_convolution_winograd : dnnl_convolution_direct;
+        dnnl_convolution_desc_t cd;
+        s = diff_weights ? dnnl_dilated_convolution_backward_weights_desc_init(
+                               &cd, alg, &e->x_any, &e->w_any, e->bias ? &e->b_md : NULL, &e->y_any, d.strides,
+                               d.dilates, d.pad_l, d.pad_r)
+                         : dnnl_dilated_convolution_backward_data_desc_init(&cd, alg, &e->x_any, &e->w_any,
+                                                                            &e->y_any, d.strides, d.dilates,
+                                                                            d.pad_l, d.pad_r);
+        if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, NULL, ctx.engine, e->fwd_pd);
+    }
+    return s;
+}
+
 static nb_status make_bwd_data(conv_entry *e)
 {
     const char *op = "conv2d_backward_input";
-    conv_dims d = dims_of(&e->g);
-    dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
-    DNNL_TRY(op, dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &e->x_any,
-                                                                  &e->w_any, &e->y_any, d.strides, d.dilates,
-                                                                  d.pad_l, d.pad_r));
-    DNNL_TRY(op, dnnl_primitive_desc_create(&pd, &cd, NULL, ctx.engine, e->fwd_pd));
+    DNNL_TRY(op, bwd_pd_create(&pd, e, false));
     const int arg[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
     const bool out[] = {false, false, true};
     const dnnl_query_t what[] = {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md};
@@ -255,13 +342,8 @@ static nb_status make_bwd_data(conv_entry *e)
 static nb_status make_bwd_weights(conv_entry *e)
 {
     const char *op = "conv2d_backward_weight";
-    conv_dims d = dims_of(&e->g);
-    dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd;
-    DNNL_TRY(op, dnnl_dilated_convolution_backward_weights_desc_init(
-                     &cd, dnnl_convolution_direct, &e->x_any, &e->w_any, e->bias ? &e->b_md : NULL, &e->y_any,
-                     d.strides, d.dilates, d.pad_l, d.pad_r));
-    DNNL_TRY(op, dnnl_primitive_desc_create(&pd, &cd, NULL, ctx.engine, e->fwd_pd));
+    DNNL_TRY(op, bwd_pd_create(&pd, e, true));
     const dnnl_memory_desc_t *bmd = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 1);
     dnnl_memory_desc_t bwant = bmd && e->bias ? *bmd : e->b_md;
     const int arg[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
@@ -340,6 +422,7 @@ static nb_status execute(const char *op, const prim *pr, void *const *ptr, bool 
         if (st == NB_OK) args[na++] = (dnnl_exec_arg_t){pr->arg[i], mem[i]};
     }
     if (st == NB_OK) st = nb__dnnl_check(op, "dnnl_primitive_execute", dnnl_primitive_execute(pr->p, ctx.stream, na, args));
+    if (st == NB_OK && pr->wino) atomic_fetch_add(&wino_runs, 1);
     for (int i = 0; i < pr->nargs && st == NB_OK; i++)
         if (mem[i] && pr->out[i]) st = reorder(op, mem[i], &pr->want[i], user[i], pr->user[i]);
     if (st == NB_OK) st = nb__dnnl_check(op, "dnnl_stream_wait", dnnl_stream_wait(ctx.stream));

@@ -1,0 +1,44 @@
+"""Reference values for tests/test_conv_algo.c: float32 convolutions that oneDNN may run on
+Winograd's F(4x4, 3x3) (3x3, stride 1, channels in and out multiples of 16), and one it may not
+(stride 2), computed by PyTorch in float64 from the same float32 inputs, so that the reference is
+free of float32 rounding and the test can bound each algorithm's own error.
+
+Each case <name> holds:
+  params  int64 [stride, pad, relu] (relu 1: relu(conv2d), nabla's fused conv2d + ReLU)
+  in0, in1(, in2)  x, weight(, bias): float32
+  gout    the upstream gradient (float32)
+  out, grad0, grad1(, grad2)  float64: conv2d(x, w, b) and the inputs' gradients
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _case(t, name, n, c, oc, h, w, stride, pad, bias, relu=False):
+    x = torch.randn(n, c, h, w)
+    wt = torch.randn(oc, c, 3, 3) * math.sqrt(2.0 / (c * 9))
+    b = torch.randn(oc) if bias else None
+    ins = [x, wt] + ([b] if bias else [])
+    leaves = [v.double().requires_grad_(True) for v in ins]
+    out = F.conv2d(leaves[0], leaves[1], leaves[2] if bias else None, stride, pad)
+    if relu:
+        out = F.relu(out)
+    gout = torch.randn(out.shape)
+    out.backward(gout.double())
+    t[f"{name}/params"] = torch.tensor([stride, pad, int(relu)], dtype=torch.int64)
+    for i, v in enumerate(ins):
+        t[f"{name}/in{i}"] = v
+        t[f"{name}/grad{i}"] = leaves[i].grad
+    t[f"{name}/gout"] = gout
+    t[f"{name}/out"] = out.detach()
+
+
+def build():
+    t = {}
+    _case(t, "c32_oc48_pad1_bias", 2, 32, 48, 12, 12, 1, 1, True)
+    _case(t, "c16_oc16_pad0_odd", 3, 16, 16, 9, 11, 1, 0, False)
+    _case(t, "c64_oc32_pad1_relu", 2, 64, 32, 7, 7, 1, 1, True, relu=True)
+    _case(t, "c48_oc64_pad1_big", 4, 48, 64, 20, 20, 1, 1, True)
+    _case(t, "c32_oc32_stride2", 2, 32, 32, 10, 10, 2, 1, True)
+    return t

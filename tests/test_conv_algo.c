@@ -1,0 +1,138 @@
+/* The CPU convolution algorithm (nb_set_conv_algo): each policy, on NCHW and channels-last
+ * inputs, against PyTorch's float64 values of the same float32 inputs
+ * (tests/ref/cases_conv_algo.py), and which algorithm actually ran (oneDNN's implementation,
+ * counted by nb__dnnl_winograd_runs): Winograd for the 3x3 stride-1 cases under "winograd" on a
+ * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "nbtest.h"
+#include "nabla/nn.h"
+#include "cpu/dnnl_impl.h"
+
+static bool cpu_has_winograd(void)
+{
+    int isa = (int)dnnl_get_effective_cpu_isa();
+    return (isa & (int)dnnl_cpu_isa_avx512_core) == (int)dnnl_cpu_isa_avx512_core;
+}
+
+/* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
+static double rel_err(const nb_tensor *got, const nb_tensor *want)
+{
+    nb_tensor *g = NBT_CHECK(nb_to_dtype(got, NB_FLOAT64)), *w = NBT_CHECK(nb_contiguous(want));
+    g = NBT_CHECK(nb_contiguous(g));
+    const double *a = nb_tensor_data_ptr(g), *b = nb_tensor_data_ptr(w);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < nb_tensor_numel(w); i++) {
+        num = fmax(num, fabs(a[i] - b[i]));
+        den = fmax(den, fabs(b[i]));
+    }
+    return num / den;
+}
+
+/* Runs case `name` under algo, on an NCHW or channels-last input: checks the output and the
+ * gradients against float64 within tol (relative to each tensor's largest value) and returns
+ * how many Winograd primitive runs it took. */
+static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_conv_algo algo, bool cl,
+                                   double tol, double *worst)
+{
+    nb_scope *sc = nb_scope_begin();
+    NBT_OK(nb_set_conv_algo(algo));
+    int64_t p[3];
+    nb_tensor *pt = NBT_CHECK(nbt_ref(m, name, "params"));
+    NBT_OK(nb_tensor_read(pt, p, sizeof p));
+    nb_tensor *leaves[3];
+    int nin = 0;
+    for (; nin < 3; nin++) {
+        char key[8];
+        snprintf(key, sizeof key, "in%d", nin);
+        nb_tensor *in = nbt_ref(m, name, key);
+        if (!in) break;
+        if (nin == 0 && cl) in = NBT_CHECK(nb_contiguous_format(in, NB_CHANNELS_LAST));
+        leaves[nin] = NBT_CHECK(nbt_leaf(in));
+    }
+    nb_conv2d_params cp = {.stride = {p[0], p[0]}, .padding = {p[1], p[1]}, .dilation = {1, 1}, .groups = 1,
+                           .relu = p[2] != 0};
+    unsigned long long before = nb__dnnl_winograd_runs();
+    nb_tensor *out = NBT_CHECK(nb_conv2d(leaves[0], leaves[1], nin > 2 ? leaves[2] : NULL, &cp));
+    NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, name, "gout")), NB_BACKWARD_DEFAULT));
+    unsigned long long runs = nb__dnnl_winograd_runs() - before;
+    if (cl && !nb_tensor_is_contiguous_format(out, NB_CHANNELS_LAST))
+        fail_msg("%s (%s, channels-last): the output is not channels-last", name, nb_conv_algo_name(algo));
+    const char *keys[] = {"out", "grad0", "grad1", "grad2"};
+    for (int k = 0; k <= nin; k++) {
+        nb_tensor *got = k == 0 ? out : NBT_CHECK(nb_tensor_grad(leaves[k - 1]));
+        double e = rel_err(got, NBT_CHECK(nbt_ref(m, name, keys[k])));
+        if (e > *worst) *worst = e;
+        if (!(e <= tol))
+            fail_msg("%s (%s, %s): %s is %.3g of its scale from float64 (allowed %.1g)", name,
+                     nb_conv_algo_name(algo), cl ? "channels-last" : "NCHW", keys[k], e, tol);
+    }
+    nb_scope_end(sc);
+    return runs;
+}
+
+/* Every case under every policy and in both layouts: within tolerance of float64, and run on
+ * the algorithm the policy implies. Measured here (AVX-512, oneDNN 2.6): the direct kernels are
+ * up to 1.5e-6 of the tensor's scale from float64 (the weight gradient sums 1,600 products per
+ * element in float32), Winograd up to 1.7e-6. 1e-5 leaves room for other CPUs' summation orders
+ * and still fails a kernel that is wrong by one term (1e-2 and more of the scale here). */
+static void test_policies(void **state)
+{
+    (void)state;
+    nb_tensor_map *m = nbt_load_ref("conv_algo");
+    char **names;
+    int n = nbt_case_names(m, &names);
+    assert_true(n >= 5);
+    bool avx512 = cpu_has_winograd();
+    double worst[2] = {0};
+    for (int i = 0; i < n; i++) {
+        bool eligible = strstr(names[i], "stride2") == NULL;
+        bool c16 = strstr(names[i], "c16_") != NULL;
+        for (int a = 0; a < 3; a++) {
+            nb_conv_algo algo = (nb_conv_algo[]){NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD, NB_CONV_ALGO_AUTO}[a];
+            for (int cl = 0; cl < 2; cl++) {
+                bool wino = avx512 && eligible && algo != NB_CONV_ALGO_DIRECT &&
+                            !(algo == NB_CONV_ALGO_AUTO && cl && c16);
+                unsigned long long runs = run_case(m, names[i], algo, cl, 1e-5, &worst[wino]);
+                /* forward, input gradient, weight gradient */
+                if (runs != (wino ? 3u : 0u))
+                    fail_msg("%s (%s, %s): %llu Winograd runs, expected %d", names[i], nb_conv_algo_name(algo),
+                             cl ? "channels-last" : "NCHW", runs, wino ? 3 : 0);
+            }
+        }
+    }
+    printf("worst error relative to scale: direct %.3g, winograd %.3g (AVX-512: %s)\n", worst[0], worst[1],
+           avx512 ? "yes" : "no");
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+static void test_api(void **state)
+{
+    (void)state;
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_WINOGRAD));
+    assert_int_equal(nb_get_conv_algo(), NB_CONV_ALGO_WINOGRAD);
+    NBT_FAILS(nb_set_conv_algo((nb_conv_algo)9) != NB_OK, NB_ERR_INVALID_ARG, "set_conv_algo", "9", NULL);
+    assert_int_equal(nb_get_conv_algo(), NB_CONV_ALGO_WINOGRAD); /* unchanged by the failed call */
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_DIRECT));
+    assert_int_equal(nb_get_conv_algo(), NB_CONV_ALGO_DIRECT);
+    assert_string_equal(nb_conv_algo_name(NB_CONV_ALGO_AUTO), "auto");
+    assert_string_equal(nb_conv_algo_name(NB_CONV_ALGO_DIRECT), "direct");
+    assert_string_equal(nb_conv_algo_name(NB_CONV_ALGO_WINOGRAD), "winograd");
+    assert_string_equal(nb_conv_algo_name((nb_conv_algo)9), "?");
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api),
+        cmocka_unit_test(test_policies),
+    };
+    return NBT_RUN(tests);
+}
