@@ -3,9 +3,11 @@
  * problem: the evidence for keeping CNN activations channels-last (docs/BENCHMARKS.md, DLBench).
  * Each direction (forward training, backward data, backward weights with bias) is one primitive
  * timed alone on zero-filled buffers: the median of 7 runs after 2 warm-ups, in ms. Prints which
- * oneDNN implementation ran.
+ * oneDNN implementation ran. "wino" asks for the Winograd algorithm (oneDNN's F(4x4, 3x3), on its
+ * own layouts: what nb_set_conv_algo's auto and winograd run; the reorders of NCHW or NHWC
+ * activations into them are not timed here).
  *
- * usage: nabla_conv_layout N C H OC STRIDE any|nhwc   (3x3 kernel, padding 1, square H x H)
+ * usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino   (3x3 kernel, padding 1, square H x H)
  * e.g.   OMP_NUM_THREADS=1 build-bench/bench/nabla_conv_layout 128 16 32 16 1 nhwc */
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,8 +82,8 @@ static void run(const char *name, const_dnnl_primitive_desc_t pd, int na, dnnl_e
 
 int main(int argc, char **argv)
 {
-    if (argc != 7 || (strcmp(argv[6], "any") && strcmp(argv[6], "nhwc"))) {
-        fprintf(stderr, "usage: nabla_conv_layout N C H OC STRIDE any|nhwc\n");
+    if (argc != 7 || (strcmp(argv[6], "any") && strcmp(argv[6], "nhwc") && strcmp(argv[6], "wino"))) {
+        fprintf(stderr, "usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino\n");
         return 2;
     }
     int64_t n = atoll(argv[1]), c = atoll(argv[2]), h = atoll(argv[3]), oc = atoll(argv[4]), s = atoll(argv[5]);
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
     }
     int64_t oh = (h + 2 - 3) / s + 1;
     dnnl_format_tag_t act = strcmp(argv[6], "nhwc") ? dnnl_format_tag_any : dnnl_acdb;
+    dnnl_alg_kind_t alg = strcmp(argv[6], "wino") ? dnnl_convolution_direct : dnnl_convolution_winograd;
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
     dnnl_dims_t xd = {n, c, h, h}, yd = {n, oc, oh, oh}, wd = {oc, c, 3, 3}, bd = {oc};
@@ -105,7 +108,7 @@ int main(int argc, char **argv)
 
     dnnl_convolution_desc_t fd, dd, wdsc;
     dnnl_primitive_desc_t fpd, dpd, wpd;
-    CK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, &b,
+    CK(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, &x, &w, &b,
                                                   &y, strides, dil, pad, pad));
     CK(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
     dnnl_exec_arg_t fa[4] = {{DNNL_ARG_SRC, mem(md_of(fpd, dnnl_query_src_md, 0))},
@@ -114,7 +117,7 @@ int main(int argc, char **argv)
                              {DNNL_ARG_DST, mem(md_of(fpd, dnnl_query_dst_md, 0))}};
     run("fwd", fpd, 4, fa);
 
-    CK(dnnl_dilated_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &x, &w, &y, strides, dil, pad,
+    CK(dnnl_dilated_convolution_backward_data_desc_init(&dd, alg, &x, &w, &y, strides, dil, pad,
                                                         pad));
     CK(dnnl_primitive_desc_create(&dpd, &dd, NULL, eng, fpd));
     dnnl_exec_arg_t da[3] = {{DNNL_ARG_DIFF_DST, mem(md_of(dpd, dnnl_query_diff_dst_md, 0))},
@@ -122,7 +125,7 @@ int main(int argc, char **argv)
                              {DNNL_ARG_DIFF_SRC, mem(md_of(dpd, dnnl_query_diff_src_md, 0))}};
     run("bwd_data", dpd, 3, da);
 
-    CK(dnnl_dilated_convolution_backward_weights_desc_init(&wdsc, dnnl_convolution_direct, &x, &w, &b, &y, strides,
+    CK(dnnl_dilated_convolution_backward_weights_desc_init(&wdsc, alg, &x, &w, &b, &y, strides,
                                                            dil, pad, pad));
     CK(dnnl_primitive_desc_create(&wpd, &wdsc, NULL, eng, fpd));
     dnnl_exec_arg_t wa[4] = {{DNNL_ARG_DIFF_DST, mem(md_of(wpd, dnnl_query_diff_dst_md, 0))},
