@@ -2,7 +2,8 @@
  * inputs, against PyTorch's float64 values of the same float32 inputs
  * (tests/ref/cases_conv_algo.py), and which algorithm actually ran (oneDNN's implementation,
  * counted by nb__dnnl_winograd_runs): Winograd for the 3x3 stride-1 cases under "winograd" on a
- * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution. */
+ * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution, and
+ * under "auto" by its rules (32 output tiles or more; on channels-last inputs, 32 channels). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,14 +90,19 @@ static void test_policies(void **state)
     assert_true(n >= 5);
     bool avx512 = cpu_has_winograd();
     double worst[2] = {0};
+    int auto_wino[2] = {0}; /* cases auto ran on Winograd, per layout */
     for (int i = 0; i < n; i++) {
         bool eligible = strstr(names[i], "stride2") == NULL;
         bool c16 = strstr(names[i], "c16_") != NULL;
+        /* auto's size rule: at least 32 output tiles of 4x4 over the batch */
+        const int64_t *os = nb_tensor_shape(NBT_CHECK(nbt_ref(m, names[i], "out")));
+        bool big = os[0] * ((os[2] + 3) / 4) * ((os[3] + 3) / 4) >= 32;
         for (int a = 0; a < 3; a++) {
             nb_conv_algo algo = (nb_conv_algo[]){NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD, NB_CONV_ALGO_AUTO}[a];
             for (int cl = 0; cl < 2; cl++) {
                 bool wino = avx512 && eligible && algo != NB_CONV_ALGO_DIRECT &&
-                            !(algo == NB_CONV_ALGO_AUTO && cl && c16);
+                            !(algo == NB_CONV_ALGO_AUTO && (!big || (cl && c16)));
+                if (wino && algo == NB_CONV_ALGO_AUTO) auto_wino[cl]++;
                 unsigned long long runs = run_case(m, names[i], algo, cl, 1e-5, &worst[wino]);
                 /* forward, input gradient, weight gradient */
                 if (runs != (wino ? 3u : 0u))
@@ -107,6 +113,8 @@ static void test_policies(void **state)
     }
     printf("worst error relative to scale: direct %.3g, winograd %.3g (AVX-512: %s)\n", worst[0], worst[1],
            avx512 ? "yes" : "no");
+    /* the catalogue has cases on both sides of auto's rules */
+    if (avx512) assert_true(auto_wino[0] == 2 && auto_wino[1] == 1);
     NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
     nbt_free_names(names, n);
     nb_tensor_map_free(m);

@@ -116,9 +116,9 @@ NB_API int nb_get_num_threads(void);
 /* How float32 convolutions on the CPU (oneDNN) pick their algorithm.
  * - NB_CONV_ALGO_AUTO, the default: Winograd's F(4x4, 3x3) for the convolutions where oneDNN has
  *   it (3x3 kernel, stride 1, no dilation, no groups, channels in and out multiples of 16; CPUs
- *   with AVX-512) and where it is measured to be faster than the direct kernels (for
- *   channels-last activations, which it must reorder, from 32 channels in and out); direct
- *   elsewhere. Winograd does a 3x3 convolution in about 2.25x fewer multiplications, and rounds
+ *   with AVX-512) and where it is measured to be faster than the direct kernels (at least 32
+ *   output tiles of 4x4 over the batch, and for channels-last activations, which it must
+ *   reorder, 32 channels in and out); direct elsewhere. Winograd does a 3x3 convolution in about 2.25x fewer multiplications, and rounds
  *   differently: its results differ from the direct sums by a relative 1e-6 to 1e-5 of the
  *   output's scale (its gradients alike), where the direct kernels differ from float64 by 1e-7.
  * - NB_CONV_ALGO_DIRECT: direct kernels only (the algorithm of PyTorch's CPU convolutions).

@@ -209,15 +209,20 @@ nb_status nb_set_conv_algo(nb_conv_algo a)
  * convolutions with channels in and out multiples of 16 (its vector width). Under auto, for
  * channels-last activations, which Winograd must reorder into its blocked layout (the direct
  * kernels take them as they are), only from 32 channels in and out: on ResNet-56's 16-channel
- * layer (batch 128, 32x32) the five reorders a training step adds cost more than Winograd saves
- * (docs/BENCHMARKS.md, "Winograd"). */
+ * layer (batch 128, 32x32) the five reorders a training step adds cost more than Winograd saves.
+ * And, under auto, only with at least 32 output tiles of 4x4 over the batch: each call also
+ * transforms the weights, which on a single 14x14 image (16 tiles) with 256 channels made the
+ * forward 1.2x slower than direct, while 2 such images were 1.3x faster (docs/BENCHMARKS.md,
+ * "Winograd"). */
 static bool wants_winograd(const nb_conv_geom *g, nb_conv_algo algo)
 {
     if (algo == NB_CONV_ALGO_DIRECT) return false;
     if (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 || g->dw != 1 || g->groups != 1)
         return false;
     if (g->c % 16 || g->oc % 16) return false;
-    return algo == NB_CONV_ALGO_WINOGRAD || !g->cl || (g->c >= 32 && g->oc >= 32);
+    if (algo == NB_CONV_ALGO_WINOGRAD) return true;
+    int64_t tiles = g->n * ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
+    return tiles >= 32 && (!g->cl || (g->c >= 32 && g->oc >= 32));
 }
 
 /* The forward's descriptor and primitive descriptor on alg, activations in act_any. */

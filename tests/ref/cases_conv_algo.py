@@ -40,5 +40,6 @@ def build():
     _case(t, "c16_oc16_pad0_odd", 3, 16, 16, 9, 11, 1, 0, False)
     _case(t, "c64_oc32_pad1_relu", 2, 64, 32, 7, 7, 1, 1, True, relu=True)
     _case(t, "c48_oc64_pad1_big", 4, 48, 64, 20, 20, 1, 1, True)
+    _case(t, "c16_oc16_pad1_many", 4, 16, 16, 16, 16, 1, 1, True)
     _case(t, "c32_oc32_stride2", 2, 32, 32, 10, 10, 2, 1, True)
     return t
