@@ -95,8 +95,10 @@ static void test_policies(void **state)
         bool eligible = strstr(names[i], "stride2") == NULL;
         bool c16 = strstr(names[i], "c16_") != NULL;
         /* auto's size rule: at least 32 output tiles of 4x4 over the batch */
+        nb_scope *sc = nb_scope_begin();
         const int64_t *os = nb_tensor_shape(NBT_CHECK(nbt_ref(m, names[i], "out")));
         bool big = os[0] * ((os[2] + 3) / 4) * ((os[3] + 3) / 4) >= 32;
+        nb_scope_end(sc);
         for (int a = 0; a < 3; a++) {
             nb_conv_algo algo = (nb_conv_algo[]){NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD, NB_CONV_ALGO_AUTO}[a];
             for (int cl = 0; cl < 2; cl++) {
