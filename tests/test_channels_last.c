@@ -68,6 +68,55 @@ static void test_layout(void **state)
     nb_scope_end(s);
 }
 
+/* Element i of t's memory (from its data pointer), as a double. */
+static double mem_at(const nb_tensor *t, int64_t i)
+{
+    const void *d = nb_tensor_data_ptr(t);
+    switch (nb_tensor_dtype(t)) {
+    case NB_FLOAT32: return ((const float *)d)[i];
+    case NB_FLOAT64: return ((const double *)d)[i];
+    case NB_INT64: return (double)((const int64_t *)d)[i];
+    case NB_INT32: return ((const int32_t *)d)[i];
+    default: fail_msg("mem_at: unexpected dtype"); return 0;
+    }
+}
+
+/* The copies between NCHW and channels-last run as tiled transposes (src/cpu/ops/copy.c): every
+ * element's place in memory checked against the index formulas, for 4- and 8-byte dtypes, shapes
+ * with partial tiles, size-1 dims and enough elements to be split across threads; both ways, and
+ * also the [N, H, W, C] copy of a permuted view (nb_contiguous of permute(x, 0, 2, 3, 1), how
+ * nb_contiguous_format lays out its result) and back. */
+static void test_transposing_copies(void **state)
+{
+    static const int64_t shapes[][4] = {{2, 3, 5, 7}, {3, 40, 33, 35}, {2, 1, 4, 4}, {2, 5, 1, 1}, {1, 70, 3, 2}};
+    static const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64, NB_INT64, NB_INT32};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
+            nb_scope *s = nb_scope_begin();
+            const int64_t *sh = shapes[si];
+            int64_t N = sh[0], C = sh[1], H = sh[2], W = sh[3];
+            nb_tensor *x = NBT_CHECK(nb_to_dtype(arange4(N, C, H, W), dts[di]));
+            nb_tensor *y = NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST));
+            nb_tensor *p = NBT_CHECK(nb_contiguous(NBT_CHECK(nb_permute(x, (int64_t[]){0, 2, 3, 1}, 4))));
+            nb_tensor *back = NBT_CHECK(nb_contiguous(y));
+            nb_tensor *unp = NBT_CHECK(nb_contiguous(NBT_CHECK(nb_permute(p, (int64_t[]){0, 3, 1, 2}, 4))));
+            assert_true(nb_tensor_is_contiguous(p) && nb_tensor_is_contiguous(back) && nb_tensor_is_contiguous(unp));
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t w = 0; w < W; w++) {
+                            double want = (double)(((n * C + c) * H + h) * W + w);
+                            int64_t nhwc = ((n * H + h) * W + w) * C + c;
+                            if (mem_at(y, nhwc) != want || mem_at(p, nhwc) != want ||
+                                mem_at(back, (int64_t)want) != want || mem_at(unp, (int64_t)want) != want)
+                                fail_msg("shape [%lld, %lld, %lld, %lld] %s: element (%lld, %lld, %lld, %lld) misplaced",
+                                         (long long)N, (long long)C, (long long)H, (long long)W,
+                                         nb_dtype_name(dts[di]), (long long)n, (long long)c, (long long)h, (long long)w);
+                        }
+            nb_scope_end(s);
+        }
+}
+
 static void test_errors_and_grad(void **state)
 {
     nb_scope *s = nb_scope_begin();
@@ -232,6 +281,7 @@ int main(void)
     if (nb_set_conv_algo(NB_CONV_ALGO_DIRECT) != NB_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_transposing_copies),
         cmocka_unit_test(test_errors_and_grad),
         cmocka_unit_test(test_elementwise_keeps_layout),
         cmocka_unit_test(test_conv_pytorch_cases),

@@ -1,6 +1,9 @@
 /* Kernels: copy with dtype conversion and broadcasting (COPY), and fill (FILL).
  *   COPY: out[...] = (out dtype) in[0][...], in[0] broadcast to out's shape
- *   FILL: out[...] = (out dtype) s0 */
+ *   FILL: out[...] = (out dtype) s0
+ * A copy between a dense NCHW and a dense channels-last (NHWC) tensor of one dtype, both ways,
+ * is a per-image matrix transpose done in tiles (copy_nchw_nhwc); the strided iterator would run
+ * it with its inner loop along the channels (3 of them for an image batch) at 1-2 GB/s. */
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
@@ -57,8 +60,80 @@ static void copy_same(char **p, const int64_t *s, int64_t n, void *ctx)
     for (int64_t k = 0; k < n; k++) memcpy(p[0] + k * s[0], p[1] + k * s[1], es);
 }
 
+/* Per image, dst[j rows + i] = src[i cols + j] for the [rows, cols] matrix src, in TILE x TILE
+ * tiles (both sides touch whole cache lines); images and tile rows are split across threads. */
+#define TILE 32
+#define TRANSPOSE(NAME, T)                                                                       \
+    static void NAME(const void *in, void *out, int64_t n, int64_t rows, int64_t cols)          \
+    {                                                                                            \
+        int64_t rt = (rows + TILE - 1) / TILE;                                                   \
+        _Pragma("omp parallel for collapse(2) num_threads(nb_cpu_threads_for(n * rows * cols, NB_CPU_GRAIN))") \
+        for (int64_t b = 0; b < n; b++)                                                          \
+            for (int64_t ti = 0; ti < rt; ti++) {                                                \
+                const T *restrict src = (const T *)in + b * rows * cols;                         \
+                T *restrict dst = (T *)out + b * rows * cols;                                    \
+                int64_t i0 = ti * TILE, i1 = i0 + TILE < rows ? i0 + TILE : rows;                \
+                for (int64_t j0 = 0; j0 < cols; j0 += TILE) {                                    \
+                    int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;                            \
+                    for (int64_t j = j0; j < j1; j++)                                            \
+                        for (int64_t i = i0; i < i1; i++) dst[j * rows + i] = src[i * cols + j]; \
+                }                                                                                \
+            }                                                                                    \
+    }
+TRANSPOSE(transpose_4, uint32_t)
+TRANSPOSE(transpose_8, uint64_t)
+
+/* Whether t (4-D) is dense with its dims laid out in memory in the order ord, outermost first
+ * (a dim of size 1 may have any stride). */
+static bool dense_in_order(const nb_tensor *t, const int ord[4])
+{
+    int64_t st = 1;
+    for (int k = 3; k >= 0; k--) {
+        int d = ord[k];
+        if (t->shape[d] != 1 && t->strides[d] != st) return false;
+        st *= t->shape[d];
+    }
+    return true;
+}
+
+/* The copy as a transpose when it is one: same dtype of 4 or 8 bytes, both sides dense, dim 0
+ * outermost on both, and the other three dims in memory as (1, 2, 3) on one side and either
+ * (2, 3, 1) (NCHW <-> channels-last) or (3, 1, 2) (a [N, H, W, C] view of NCHW data, which is
+ * how nb_contiguous_format makes channels-last) on the other. False: not such a copy. */
+static bool copy_nchw_nhwc(const nb_kargs *a)
+{
+    const nb_tensor *in = a->in[0];
+    nb_tensor *out = a->out;
+    size_t es = nb_dtype_size(out->dtype);
+    if (out->ndim != 4 || in->ndim != 4 || in->dtype != out->dtype || (es != 4 && es != 8)) return false;
+    for (int d = 0; d < 4; d++)
+        if (in->shape[d] != out->shape[d]) return false;
+    static const int plain[4] = {0, 1, 2, 3}, last[4] = {0, 2, 3, 1}, first[4] = {0, 3, 1, 2};
+    const int64_t *s = out->shape;
+    int64_t rows, cols; /* per image, in's [rows, cols] becomes out's [cols, rows] */
+    bool in_plain = dense_in_order(in, plain), out_plain = dense_in_order(out, plain);
+    if (in_plain && !out_plain && dense_in_order(out, last)) {
+        rows = s[1];
+        cols = s[2] * s[3];
+    } else if (out_plain && !in_plain && dense_in_order(in, last)) {
+        rows = s[2] * s[3];
+        cols = s[1];
+    } else if (out_plain && !in_plain && dense_in_order(in, first)) {
+        rows = s[3];
+        cols = s[1] * s[2];
+    } else if (in_plain && !out_plain && dense_in_order(out, first)) {
+        rows = s[1] * s[2];
+        cols = s[3];
+    } else {
+        return false;
+    }
+    (es == 4 ? transpose_4 : transpose_8)(nb__data(in), nb__data(out), s[0], rows, cols);
+    return true;
+}
+
 nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
 {
+    if (copy_nchw_nhwc(a)) return NB_OK;
     nb_cpu_iter it;
     nb_cpu_iter_elementwise(&it, a->out, &a->in[0], 1);
     size_t es = nb_dtype_size(a->out->dtype);
