@@ -1,4 +1,5 @@
-/* nabla_micro: the core micro-benchmark (sgemm, add, mul, sum, softmax on float32, CPU).
+/* nabla_micro: the core micro-benchmark (sgemm, add, mul, sum, softmax, NCHW -> channels-last
+ * copies on float32, CPU).
  *
  * Each case is warmed up, then timed over at least --min-reps runs (clock_gettime MONOTONIC, one
  * nb_scope per run so the result is released inside the timed loop, as a PyTorch loop frees it);
@@ -11,7 +12,8 @@
  * /proc/stat less this process's own CPU time; -1 when unknown): on a shared machine it tells a
  * clean figure from a disturbed one.
  * Rates: sgemm GFLOP/s (2 n^3 per run); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
- * plus output bytes); softmax GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
+ * plus output bytes); softmax and to_channels_last (nb_contiguous_format of an NCHW tensor, as
+ * PyTorch's x.contiguous(memory_format=torch.channels_last)) GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
  * "nan" and the error on a '#' line, so a partial library still gives a table.
  */
 #define _GNU_SOURCE
@@ -31,13 +33,13 @@
 extern char *openblas_get_config(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
 
-typedef enum { OP_MM, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX } op_kind;
+typedef enum { OP_MM, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX, OP_TO_CL } op_kind;
 
 typedef struct bench_case {
     op_kind kind;
     const char *op;   /* the name printed and matched by --ops */
     const char *size; /* printed; micro_torch.py prints the same string */
-    int64_t shape[2];
+    int64_t shape[4];
     int ndim;
 } bench_case;
 
@@ -55,6 +57,9 @@ static const bench_case CASES[] = {
     {OP_SUM_LAST, "sum_lastdim", "4096x4096", {4096, 4096}, 2},
     {OP_SOFTMAX, "softmax", "4096x4096", {4096, 4096}, 2},
     {OP_SOFTMAX, "softmax", "65536x128", {65536, 128}, 2},
+    {OP_TO_CL, "to_channels_last", "1024x3x32x32", {1024, 3, 32, 32}, 4},
+    {OP_TO_CL, "to_channels_last", "16x3x224x224", {16, 3, 224, 224}, 4},
+    {OP_TO_CL, "to_channels_last", "16x64x56x56", {16, 64, 56, 56}, 4},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -108,6 +113,7 @@ static nb_tensor *run_op(const bench_case *c, nb_tensor *a, nb_tensor *b) {
     case OP_SUM_ALL: return nb_sum(a, NULL, 0, false);
     case OP_SUM_LAST: return nb_sum(a, last, 1, false);
     case OP_SOFTMAX: return nb_softmax(a, -1);
+    case OP_TO_CL: return nb_contiguous_format(a, NB_CHANNELS_LAST);
     }
     return NULL;
 }
@@ -122,7 +128,8 @@ static double work_per_run(const bench_case *c) {
     case OP_MUL: return 3.0 * 4.0 * n;
     case OP_SUM_ALL: return 4.0 * n + 4.0;
     case OP_SUM_LAST: return 4.0 * n + 4.0 * (double)c->shape[0];
-    case OP_SOFTMAX: return 2.0 * 4.0 * n;
+    case OP_SOFTMAX:
+    case OP_TO_CL: return 2.0 * 4.0 * n;
     }
     return 0.0;
 }
@@ -206,7 +213,7 @@ static int op_selected(const char *ops, const char *op) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nabla_micro [--threads N] [--ops sgemm,add,mul,sum_all,sum_lastdim,softmax]\n"
+            "usage: nabla_micro [--threads N] [--ops sgemm,add,mul,sum_all,sum_lastdim,softmax,to_channels_last]\n"
             "                   [--min-reps N] [--max-reps N] [--target-s S] [--warmup-s S]\n"
             "Prints impl,op,size,threads,unit,median,min,max,reps,other_cpu per case (bench/micro.c).\n");
 }

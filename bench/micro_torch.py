@@ -32,6 +32,9 @@ CASES = [
     ("sum_lastdim", "4096x4096", (4096, 4096), "sum_last"),
     ("softmax", "4096x4096", (4096, 4096), "softmax"),
     ("softmax", "65536x128", (65536, 128), "softmax"),
+    ("to_channels_last", "1024x3x32x32", (1024, 3, 32, 32), "to_cl"),
+    ("to_channels_last", "16x3x224x224", (16, 3, 224, 224), "to_cl"),
+    ("to_channels_last", "16x64x56x56", (16, 64, 56, 56), "to_cl"),
 ]
 
 OPS = {
@@ -41,6 +44,7 @@ OPS = {
     "sum_all": lambda a, b: torch.sum(a),
     "sum_last": lambda a, b: torch.sum(a, dim=-1),
     "softmax": lambda a, b: torch.softmax(a, dim=-1),
+    "to_cl": lambda a, b: a.contiguous(memory_format=torch.channels_last),
 }
 
 
@@ -74,7 +78,7 @@ def work_per_run(shape, kind):
         return 4.0 * n + 4.0
     if kind == "sum_last":
         return 4.0 * n + 4.0 * shape[0]
-    return 2.0 * 4.0 * n  # softmax: read + write
+    return 2.0 * 4.0 * n  # softmax, to_cl: read + write
 
 
 def time_once(fn, a, b):
@@ -119,7 +123,7 @@ def blas_info():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--ops", default=None, help="comma-separated: sgemm,add,mul,sum_all,sum_lastdim,softmax")
+    p.add_argument("--ops", default=None, help="comma-separated: sgemm,add,mul,sum_all,sum_lastdim,softmax,to_channels_last")
     p.add_argument("--min-reps", type=int, default=10)
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--target-s", type=float, default=0.5)
