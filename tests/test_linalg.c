@@ -236,6 +236,11 @@ static void test_blas_vs_reference(void **state)
         compare_paths(1, 48, 700, 530, (int[]){L_ROW, L_ROW, L_ROW}, 1, 0, dt);
         compare_paths(1, 530, 700, 48, (int[]){L_COL, L_ROW, L_ROW}, 1, 1, dt);
         compare_paths(1, 530, 70, 48, (int[]){L_COL, L_ROW, L_COL}, -0.5, 0, dt);
+        /* a linear layer's forward from 1024 rows (NT: x @ W^T), which float32 also sends to
+         * oneDNN; with and without beta, and a column-major output (computed as its transpose) */
+        compare_paths(1, 1100, 90, 70, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, dt);
+        compare_paths(1, 1030, 33, 260, (int[]){L_ROW, L_COL, L_ROW}, 0.5, -1, dt);
+        compare_paths(1, 40, 1100, 70, (int[]){L_ROW, L_COL, L_COL}, 1, 0, dt);
     }
 }
 

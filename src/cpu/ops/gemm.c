@@ -5,7 +5,8 @@
  *        s1 == 0 overwrites out: its old values (NaN included) are never read. out must not
  *        overlap the inputs. Integer dtypes need integral s0 and s1 and wrap around as C's
  *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
- * float32/float64 go to OpenBLAS (float32 NN and TN products to oneDNN's sgemm, see use_dnnl):
+ * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
+ * oneDNN's sgemm, see use_dnnl):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -91,16 +92,19 @@ typedef struct gemm_job {
 } gemm_job;
 
 /* Whether a float32 product goes to oneDNN's sgemm rather than OpenBLAS's: when B is read as it
- * is (NN and TN, which a linear layer's backward gives: dX = dY @ W, dW = dY^T @ X) and the call
- * is not inside our own parallel loop over batches. Measured on Zen 4 (oneDNN 2.6, OpenBLAS
- * 0.3.21 SkylakeX kernels; 2 threads, median of 15): NN 64x2048x26752 34 vs 52 ms, TN
- * 26752x2048x64 36 vs 59 ms, NN 16x9216x4096 14 vs 18 ms, NN 4096x256x10000 102 vs 114 ms; at
- * M = 1024 3-12% faster; about even below 1 ms. With B transposed (NT, the forward) oneDNN is up
- * to 2.6x slower at small M, so NT stays on OpenBLAS. Both follow BLAS's contract (beta 0: C is
- * not read). */
+ * is (NN and TN, which a linear layer's backward gives: dX = dY @ W, dW = dY^T @ X), or as B^T
+ * with A as it is (NT, a linear layer's forward x @ W^T) from 1024 rows of A, and the call is
+ * not inside our own parallel loop over batches. Measured on Zen 4 (oneDNN 2.6, OpenBLAS 0.3.21
+ * SkylakeX kernels; 2 threads, median of 15): NN 64x2048x26752 34 vs 52 ms, TN 26752x2048x64 36
+ * vs 59 ms, NN 16x9216x4096 14 vs 18 ms, NN 4096x256x10000 102 vs 114 ms; at M = 1024 3-12%
+ * faster; about even below 1 ms. NT: at M = 4096 (the LSTM's projections) 4096x10000x256 100 vs
+ * 113 ms and 4096x1024x256 10.6 vs 12.8 ms (1 thread: 196 vs 214, 20.3 vs 23.3), at M = 1024
+ * even to 4% faster; at small M oneDNN is up to 2.9x slower (16x4096x9216 59 vs 20 ms), so NT
+ * below 1024 rows stays on OpenBLAS. Both follow BLAS's contract (beta 0: C is not read). */
 static bool use_dnnl(const gemm_job *j, bool in_batch_loop)
 {
-    return j->dt == NB_FLOAT32 && j->tb == CblasNoTrans && !in_batch_loop && nb__dnnl_enabled();
+    bool shape = j->tb == CblasNoTrans || (j->ta == CblasNoTrans && j->m >= 1024);
+    return j->dt == NB_FLOAT32 && shape && !in_batch_loop && nb__dnnl_enabled();
 }
 
 static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
@@ -109,8 +113,9 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     const char *a = j->a.p + i * j->a.sb * (int64_t)es, *b = j->b.p + i * j->b.sb * (int64_t)es;
     char *c = j->c.p + i * j->c.sb * (int64_t)es;
     if (use_dnnl(j, in_batch_loop) &&
-        dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', 'N', j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
-                   (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc) == dnnl_success)
+        dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
+                   (float)j->alpha, (const float *)a, j->lda, (const float *)b, j->ldb, (float)j->beta, (float *)c,
+                   j->ldc) == dnnl_success)
         return;
     if (j->dt == NB_FLOAT32)
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
