@@ -8,17 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include "nbtest.h"
 #include "nabla/nn.h"
 #include "cpu/dnnl_impl.h"
-
-static bool cpu_has_winograd(void)
-{
-    int isa = (int)dnnl_get_effective_cpu_isa();
-    return (isa & (int)dnnl_cpu_isa_avx512_core) == (int)dnnl_cpu_isa_avx512_core;
-}
 
 /* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
 static double rel_err(const nb_tensor *got, const nb_tensor *want)
@@ -88,7 +80,7 @@ static void test_policies(void **state)
     char **names;
     int n = nbt_case_names(m, &names);
     assert_true(n >= 5);
-    bool avx512 = cpu_has_winograd();
+    bool avx512 = nb__dnnl_winograd_available();
     double worst[2] = {0};
     int auto_wino[2] = {0}; /* cases auto ran on Winograd, per layout */
     for (int i = 0; i < n; i++) {
@@ -135,6 +127,16 @@ static void test_api(void **state)
     assert_string_equal(nb_conv_algo_name(NB_CONV_ALGO_DIRECT), "direct");
     assert_string_equal(nb_conv_algo_name(NB_CONV_ALGO_WINOGRAD), "winograd");
     assert_string_equal(nb_conv_algo_name((nb_conv_algo)9), "?");
+    nb_conv_algo a = NB_CONV_ALGO_DIRECT;
+    NBT_OK(nb_conv_algo_parse("winograd", &a));
+    assert_int_equal(a, NB_CONV_ALGO_WINOGRAD);
+    NBT_OK(nb_conv_algo_parse("auto", &a));
+    assert_int_equal(a, NB_CONV_ALGO_AUTO);
+    NBT_OK(nb_conv_algo_parse("direct", &a));
+    assert_int_equal(a, NB_CONV_ALGO_DIRECT);
+    NBT_FAILS(nb_conv_algo_parse("fft", &a) != NB_OK, NB_ERR_INVALID_ARG, "conv_algo_parse", "\"fft\"", NULL);
+    assert_int_equal(a, NB_CONV_ALGO_DIRECT); /* untouched by the failure */
+    NBT_FAILS(nb_conv_algo_parse(NULL, &a) != NB_OK, NB_ERR_INVALID_ARG, "conv_algo_parse", NULL);
     NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
 }
 

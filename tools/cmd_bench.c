@@ -166,14 +166,10 @@ static int setup(bench *b)
         return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
     b->channels_last = mf && !strcmp(mf, "channels_last");
     const char *ca = b->o.conv_algo;
-    if (ca) {
-        nb_conv_algo a = NB_CONV_ALGO_AUTO;
-        if (!strcmp(ca, "direct")) a = NB_CONV_ALGO_DIRECT;
-        else if (!strcmp(ca, "winograd")) a = NB_CONV_ALGO_WINOGRAD;
-        else if (strcmp(ca, "auto"))
-            return cli_fail(CLI_USAGE, "bench: unknown --conv-algo \"%s\" (expected auto, direct or winograd)", ca);
-        if (nb_set_conv_algo(a) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "bench");
-    }
+    nb_conv_algo algo;
+    if (ca && nb_conv_algo_parse(ca, &algo) != NB_OK)
+        return cli_fail(CLI_USAGE, "bench: unknown --conv-algo \"%s\" (expected auto, direct or winograd)", ca);
+    if (ca && nb_set_conv_algo(algo) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "bench");
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;

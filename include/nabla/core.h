@@ -123,7 +123,8 @@ NB_API int nb_get_num_threads(void);
  *   output's scale (its gradients alike), where the direct kernels differ from float64 by 1e-7.
  * - NB_CONV_ALGO_DIRECT: direct kernels only (the algorithm of PyTorch's CPU convolutions).
  * - NB_CONV_ALGO_WINOGRAD: Winograd wherever oneDNN has it, direct elsewhere.
- * The default is read once from NABLA_CONV_ALGO ("auto", "direct" or "winograd"), else auto.
+ * The default is read once from NABLA_CONV_ALGO ("auto", "direct" or "winograd"; another value
+ * counts as unset), else auto.
  * The choice applies to convolutions started after the call; it is not meant to be changed
  * while other threads run convolutions. CUDA convolutions (cuDNN) do not follow it. */
 typedef enum nb_conv_algo { NB_CONV_ALGO_AUTO = 0, NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD } nb_conv_algo;
@@ -132,6 +133,8 @@ NB_API nb_status nb_set_conv_algo(nb_conv_algo algo);
 NB_API nb_conv_algo nb_get_conv_algo(void);
 /* The algorithm's name ("auto", "direct", "winograd"); "?" for a value that is none. */
 NB_API const char *nb_conv_algo_name(nb_conv_algo algo);
+/* The algorithm of that name into *out; NB_ERR_INVALID_ARG (and *out untouched) for another name. */
+NB_API nb_status nb_conv_algo_parse(const char *name, nb_conv_algo *out);
 
 /* ---- scopes -------------------------------------------------------------------------------- */
 

@@ -183,16 +183,33 @@ const char *nb_conv_algo_name(nb_conv_algo a)
     return "?";
 }
 
+nb_status nb_conv_algo_parse(const char *name, nb_conv_algo *out)
+{
+    static const nb_conv_algo all[] = {NB_CONV_ALGO_AUTO, NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD};
+    for (size_t i = 0; name && out && i < sizeof all / sizeof *all; i++)
+        if (strcmp(name, nb_conv_algo_name(all[i])) == 0) {
+            *out = all[i];
+            return NB_OK;
+        }
+    return nb__err(NB_ERR_INVALID_ARG, "conv_algo_parse: unknown algorithm \"%s\" (expected auto, direct or winograd)",
+                   name ? name : "(null)");
+}
+
 nb_conv_algo nb_get_conv_algo(void)
 {
     int a = atomic_load(&g_algo);
     if (a >= 0) return (nb_conv_algo)a;
     const char *env = getenv("NABLA_CONV_ALGO");
-    int want = NB_CONV_ALGO_AUTO;
-    if (env && strcmp(env, "direct") == 0) want = NB_CONV_ALGO_DIRECT;
-    if (env && strcmp(env, "winograd") == 0) want = NB_CONV_ALGO_WINOGRAD;
-    atomic_compare_exchange_strong(&g_algo, &a, want);
+    nb_conv_algo want = NB_CONV_ALGO_AUTO;
+    if (env && nb_conv_algo_parse(env, &want) != NB_OK) nb_clear_error(); /* unset, as documented */
+    atomic_compare_exchange_strong(&g_algo, &a, (int)want);
     return (nb_conv_algo)atomic_load(&g_algo);
+}
+
+bool nb__dnnl_winograd_available(void)
+{
+    int isa = (int)dnnl_get_effective_cpu_isa();
+    return (isa & (int)dnnl_cpu_isa_avx512_core) == (int)dnnl_cpu_isa_avx512_core;
 }
 
 nb_status nb_set_conv_algo(nb_conv_algo a)

@@ -28,6 +28,8 @@ void nb__dnnl_set_enabled(bool on);
 /* How many times a Winograd primitive (any direction) has run in this process: tests use it to
  * see which algorithm nb_set_conv_algo led to. */
 unsigned long long nb__dnnl_winograd_runs(void);
+/* Whether this CPU has oneDNN's Winograd kernels (its avx512_core instruction set). */
+bool nb__dnnl_winograd_available(void);
 
 /* Turns a failing oneDNN status into an nb status naming op and the call (NB_OK on success). */
 nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
