@@ -2,7 +2,9 @@
  * dilation, groups, the fused ReLU; input, weight and bias gradients), max / average / adaptive pooling and
  * their gradients, batch norm in training (running statistics) and evaluation with gradients,
  * a 2-layer LSTM (the fused cell kernels), and the zoo's CNN: the same weights give the same loss and gradients on both devices, and
- * a few Adam steps on the GPU track the CPU's. Exits 77 (ctest: Skipped) without a GPU. */
+ * a few Adam steps on the GPU track the CPU's; convolutions on TF32 (the default) within TF32's
+ * error of float64. The element-wise comparisons run with TF32 off. Exits 77 (ctest: Skipped)
+ * without a GPU. */
 #include <stdio.h>
 
 #include "nbtest.h"
@@ -30,7 +32,7 @@ typedef nb_tensor *(*layer_fn)(nb_tensor *const *in, void *ctx);
 static void compare(layer_fn f, void *ctx, nb_tensor *const *in, int n, double rtol, const char *what)
 {
     nb_scope *s = nb_scope_begin();
-    nb_tensor *h[4], *d[4];
+    nb_tensor *h[4] = {NULL}, *d[4] = {NULL}; /* past n: NULL (conv2d without bias) */
     for (int i = 0; i < n; i++) h[i] = nbt_leaf(in[i]), d[i] = dev_leaf(in[i]);
     nb_tensor *yh = NBT_CHECK(f(h, ctx)), *yd = NBT_CHECK(f(d, ctx));
     nbt_assert_close_host(yd, yh, rtol, what);
@@ -79,6 +81,42 @@ static void test_conv_and_pool(void **state)
         compare(avgp_f, (void *)1, in, 1, rtol, "avg_pool2d count_include_pad");
         compare(adapt_f, NULL, in, 1, rtol, "adaptive_avg_pool2d");
     }
+}
+
+/* TF32 convolutions (the default, as PyTorch's cudnn.allow_tf32): each output and gradient
+ * within TF32's error of the float64 result, ||err|| / ||ref|| about 3e-4 over 72-long sums; with
+ * the switch off, within float32's. (TF32 permits tensor cores; cuDNN's search may still pick an
+ * FMA algorithm for a shape, so a TF32-sized error is not required.) */
+static void test_conv_tf32(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sx[4] = {4, 8, 12, 12}, sw[4] = {16, 8, 3, 3}, sb[1] = {16};
+    nb_tensor *x = randn(sx, 4, NB_FLOAT64), *w = randn(sw, 4, NB_FLOAT64), *b = randn(sb, 1, NB_FLOAT64);
+    nb_conv2d_params p = nb_conv2d_params_default();
+    p.padding[0] = p.padding[1] = 1;
+    nb_tensor *in64[3] = {nbt_leaf(x), nbt_leaf(w), nbt_leaf(b)};
+    nb_tensor *y64 = NBT_CHECK(nb_conv2d(in64[0], in64[1], in64[2], &p));
+    nb_tensor *g = randn(nb_tensor_shape(y64), 4, NB_FLOAT64);
+    NBT_OK(nb_backward(y64, g, 0));
+    for (int tf32 = 1; tf32 >= 0; tf32--) {
+        nb_cuda_set_allow_tf32_conv(tf32);
+        nb_tensor *in[3];
+        for (int i = 0; i < 3; i++)
+            in[i] = dev_leaf(NBT_CHECK(nb_to_dtype((nb_tensor *[]){x, w, b}[i], NB_FLOAT32)));
+        nb_tensor *y = NBT_CHECK(nb_conv2d(in[0], in[1], in[2], &p));
+        NBT_OK(nb_backward(y, nbt_to_cuda(NBT_CHECK(nb_to_dtype(g, NB_FLOAT32))), 0));
+        double e[4] = {nbt_rel_err_host(y, y64), nbt_rel_err_host(nb_tensor_grad(in[0]), nb_tensor_grad(in64[0])),
+                       nbt_rel_err_host(nb_tensor_grad(in[1]), nb_tensor_grad(in64[1])),
+                       nbt_rel_err_host(nb_tensor_grad(in[2]), nb_tensor_grad(in64[2]))};
+        printf("conv2d %s: relative errors y %.3g, dx %.3g, dw %.3g, db %.3g\n", tf32 ? "tf32" : "fp32", e[0], e[1],
+               e[2], e[3]);
+        for (int i = 0; i < 3; i++) assert_true(e[i] < (tf32 ? 3e-3 : 1e-5));
+        assert_true(e[3] < 1e-5); /* the bias gradient is a sum, no product */
+        for (int i = 0; i < 3; i++) nb_tensor_free(in[i]);
+    }
+    nb_cuda_set_allow_tf32_conv(false);
+    nb_scope_end(s);
 }
 
 static nb_tensor *bn_f(nb_tensor *const *in, void *ctx)
@@ -191,7 +229,9 @@ static void test_cnn(void **state)
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_batch_norm),
+    nb_cuda_set_allow_tf32_conv(false); /* element-wise comparisons with the CPU's float32 */
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_conv_tf32),
+                                       cmocka_unit_test(test_batch_norm),
                                        cmocka_unit_test(test_lstm), cmocka_unit_test(test_cnn)};
     return NBT_RUN(tests);
 }

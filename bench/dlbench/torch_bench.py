@@ -2,7 +2,7 @@
 
 usage: .venv-bench/bin/python bench/dlbench/torch_bench.py [--model a,b,...] [--device cpu|cuda[:N]]
            [--threads 1,2,...] [--batch-size N] [--warmup N] [--iters N] [--format json|csv|table]
-           [--seed N]
+           [--seed N] [--cudnn-benchmark on|off]
 
 Networks come from torch_models.build (the DLBench six, cnn, resnet20) and torch_lm.LSTMLM (lstm);
 "sgemm" is one 2048^3 float32 matmul per iteration. One timed iteration = zero_grad(set_to_none),
@@ -193,7 +193,8 @@ def time_net(net, threads, args, device_name):
          "iters": args.iters, "warmup": args.warmup, "memory_format": args.memory_format,
          # PyTorch has no algorithm switch for its CPU convolutions (its oneDNN path asks for the
          # direct algorithm); cuDNN chooses its own on CUDA
-         "conv_algo": "default"}
+         "conv_algo": ("cudnn-benchmark" if torch.backends.cudnn.benchmark else "default")
+         if net.device.type == "cuda" else "default"}
     if net.device.type == "cpu":
         torch.set_num_threads(threads)
     loss = float("nan")
@@ -267,6 +268,9 @@ def main():
     ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
                     help="channels_last: the model's 4-D parameters are converted once and the image batch "
                          "in each step (as `nabla bench --memory-format channels_last`)")
+    ap.add_argument("--cudnn-benchmark", default="on", choices=["on", "off"],
+                    help="on a GPU: torch.backends.cudnn.benchmark, cuDNN's timed search per shape (nabla's "
+                         "convolutions always search); default on")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's per-op table (self time) on stderr after each network")
     args = ap.parse_args()
@@ -284,6 +288,7 @@ def main():
             fail(f"device {args.device}: CUDA is not available")
         device = torch.device("cuda", device.index or 0)
         threads = [torch.get_num_threads()]
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
     device_name = "cpu" if device.type == "cpu" else f"cuda:{device.index}"
     if args.format == "csv":
         print(",".join(FIELDS))

@@ -55,6 +55,10 @@ NB_API nb_status nb_cuda_synchronize(int index);
  * faster): off by default, as torch.backends.cuda.matmul.allow_tf32. Process-wide. */
 NB_API void nb_cuda_set_allow_tf32(bool allow);
 NB_API bool nb_cuda_get_allow_tf32(void);
+/* float32 convolutions (cuDNN) on TF32 tensor cores: on by default, as
+ * torch.backends.cudnn.allow_tf32. Process-wide; the algorithm cache keeps the two apart. */
+NB_API void nb_cuda_set_allow_tf32_conv(bool allow);
+NB_API bool nb_cuda_get_allow_tf32_conv(void);
 
 /* ---- streams ------------------------------------------------------------------------------- */
 

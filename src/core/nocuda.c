@@ -15,6 +15,8 @@ nb_status nb_cuda_get_device_properties(int index, nb_cuda_device_props *out)
 int nb_cuda_runtime_version(void) { return 0; }
 void nb_cuda_set_allow_tf32(bool allow) { (void)allow; /* no GPU matmul to configure */ }
 bool nb_cuda_get_allow_tf32(void) { return false; }
+void nb_cuda_set_allow_tf32_conv(bool allow) { (void)allow; /* no GPU convolution to configure */ }
+bool nb_cuda_get_allow_tf32_conv(void) { return false; }
 int nb_cuda_driver_version(void) { return 0; }
 int nb_cuda_current_device(void) { return 0; }
 nb_status nb_cuda_set_device(int index) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_set_device")); }

@@ -289,3 +289,20 @@ void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double t
     assert_int_equal(nb_tensor_dtype(g), nb_tensor_dtype(want));
     nbt_assert_close(g, want, tol, tol, what);
 }
+
+double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *g = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to(got, nb_cpu())), NB_FLOAT64));
+    nb_tensor *w = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_to(want, nb_cpu())), NB_FLOAT64));
+    assert_int_equal(nb_tensor_numel(g), nb_tensor_numel(w));
+    size_t n = (size_t)nb_tensor_numel(g);
+    double *x = malloc(2 * n * sizeof *x + 1), num = 0, den = 0;
+    assert_non_null(x);
+    NBT_OK(nb_tensor_read(g, x, n * sizeof *x));
+    NBT_OK(nb_tensor_read(w, x + n, n * sizeof *x));
+    for (size_t i = 0; i < n; i++) num += (x[i] - x[n + i]) * (x[i] - x[n + i]), den += x[n + i] * x[n + i];
+    free(x);
+    nb_scope_end(s);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}

@@ -67,6 +67,8 @@ bool nbt_cuda_missing(void);
 nb_tensor *nbt_to_cuda(const nb_tensor *t);
 /* got, on any device, read back to the CPU: want's dtype and close to it (rtol and atol = tol). */
 void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double tol, const char *what);
+/* ||got - want|| / ||want|| over all elements (got on any device, both float), in float64 */
+double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
 
 /* Runs the cmocka group; returns cmocka's status (0 when all pass). */
 #define NBT_RUN(tests) cmocka_run_group_tests(tests, NULL, NULL)

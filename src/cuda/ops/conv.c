@@ -1,18 +1,27 @@
 /* CUDA kernels' C side for the conv family, through cuDNN (NCHW, contiguous operands, float32 or
  * float64): CONV2D (then the bias with cudnnAddTensor and, with the fused-ReLU flag, the ReLU in
  * place), CONV2D_BACKWARD_INPUT (backward data) and CONV2D_BACKWARD_WEIGHT (backward filter, and
- * the bias gradient). Each (direction, shape, parameters, dtype, device) has its algorithm found
- * once by cuDNN's search (cudnnFind*, which times the candidates) and cached; the workspace comes
- * from the caching allocator. float32 convolutions use TF32 tensor cores only when
- * nb_cuda_set_allow_tf32 says so (CUDNN_FMA_MATH otherwise), like the matrix products. */
+ * the bias gradient). Each (direction, shape, parameters, dtype, device, TF32 switch) has a plan:
+ * its descriptors, made once, and the algorithm cuDNN's search (cudnnFind*, which times the
+ * candidates) found fastest; NABLA_CUDNN_TRACE=1 prints the search's results. The workspace comes
+ * from the caching allocator. float32 convolutions use TF32 tensor cores unless
+ * nb_cuda_set_allow_tf32_conv(false) says not (CUDNN_FMA_MATH then): PyTorch's default, whose
+ * torch.backends.cudnn.allow_tf32 is on while its matmul switch is off. */
 #include <cudnn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/tensor_impl.h"
 #include "cuda/cuda_impl.h"
 
 static cudnnHandle_t g_handle[NB_CUDA_MAX_DEVICES];
+static _Atomic bool g_tf32 = true;
+
+void nb_cuda_set_allow_tf32_conv(bool allow) { atomic_store(&g_tf32, allow); }
+bool nb_cuda_get_allow_tf32_conv(void) { return atomic_load(&g_tf32); }
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static nb_status dnn_err(cudnnStatus_t s, const char *what)
@@ -30,7 +39,7 @@ static nb_status dnn_err(cudnnStatus_t s, const char *what)
         }                                                                                        \
     } while (0)
 
-/* ---- the algorithm cache ---------------------------------------------------------------------- */
+/* ---- plans: descriptors and the algorithm, per shape ------------------------------------------ */
 
 typedef struct conv_key {
     int dir, dev, dtype, tf32;
@@ -38,44 +47,25 @@ typedef struct conv_key {
     int64_t i0, i1;
 } conv_key;
 
-#define CACHE_MAX 512
-static struct {
-    conv_key key;
-    int algo;
-} g_cache[CACHE_MAX];
-static int g_ncache;
-
-static bool cache_get(const conv_key *k, int *algo)
-{
-    bool found = false;
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_ncache && !found; i++)
-        if (!memcmp(&g_cache[i].key, k, sizeof *k)) {
-            *algo = g_cache[i].algo;
-            found = true;
-        }
-    pthread_mutex_unlock(&g_lock);
-    return found;
-}
-
-static void cache_put(const conv_key *k, int algo)
-{
-    pthread_mutex_lock(&g_lock);
-    if (g_ncache < CACHE_MAX) { /* beyond: searched again each time, still correct */
-        g_cache[g_ncache].key = *k;
-        g_cache[g_ncache++].algo = algo;
-    }
-    pthread_mutex_unlock(&g_lock);
-}
-
-/* ---- descriptors -------------------------------------------------------------------------------- */
-
 typedef struct descs {
     cudnnTensorDescriptor_t x, y, b;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     cudnnActivationDescriptor_t act;
 } descs;
+
+/* What one (direction, shape, parameters, dtype, device, TF32 switch) needs: its descriptors, made
+ * once, and the algorithm cuDNN's search found fastest, with its math type and workspace. */
+typedef struct conv_plan {
+    conv_key key;
+    descs d;
+    int algo;
+    size_t wsz;
+} conv_plan;
+
+#define PLANS_MAX 1024
+static conv_plan *g_plans[PLANS_MAX]; /* kept for the process's life; beyond: made per call */
+static int g_nplans;
 
 static void descs_free(descs *d)
 {
@@ -89,7 +79,7 @@ static void descs_free(descs *d)
 
 /* Descriptors for input x [N, C, H, W], weight w [O, C/g, KH, KW], output y [N, O, OH, OW]. */
 static nb_status descs_make(descs *d, const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0,
-                            int64_t i1, bool relu)
+                            int64_t i1, bool tf32)
 {
     nb_status st = NB_OK;
     cudnnDataType_t ty = x->dtype == NB_FLOAT64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
@@ -102,6 +92,7 @@ static nb_status descs_make(descs *d, const nb_tensor *x, const nb_tensor *w, co
     DNN_TRY(cudnnCreateTensorDescriptor(&d->b), "conv2d");
     DNN_TRY(cudnnCreateFilterDescriptor(&d->w), "conv2d");
     DNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv), "conv2d");
+    DNN_TRY(cudnnCreateActivationDescriptor(&d->act), "conv2d");
     DNN_TRY(cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, ty, (int)x->shape[0], (int)x->shape[1],
                                        (int)x->shape[2], (int)x->shape[3]),
             "conv2d");
@@ -114,14 +105,11 @@ static nb_status descs_make(descs *d, const nb_tensor *x, const nb_tensor *w, co
             "conv2d");
     DNN_TRY(cudnnSetConvolution2dDescriptor(d->conv, ph, pw, sh, sw, dh, dw, CUDNN_CROSS_CORRELATION, ty), "conv2d");
     DNN_TRY(cudnnSetConvolutionGroupCount(d->conv, groups), "conv2d");
-    DNN_TRY(cudnnSetConvolutionMathType(d->conv, ty == CUDNN_DATA_FLOAT && nb_cuda_get_allow_tf32()
-                                                     ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                                                     : CUDNN_FMA_MATH),
+    /* TF32 as PyTorch asks for it (CUDNN_TENSOR_OP_MATH); never the conversion to half precision
+     * that CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION would permit */
+    DNN_TRY(cudnnSetConvolutionMathType(d->conv, ty == CUDNN_DATA_FLOAT && tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
             "conv2d");
-    if (relu) {
-        DNN_TRY(cudnnCreateActivationDescriptor(&d->act), "conv2d");
-        DNN_TRY(cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0), "conv2d");
-    }
+    DNN_TRY(cudnnSetActivationDescriptor(d->act, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0), "conv2d");
 done:
     return st;
 }
@@ -140,11 +128,131 @@ static conv_key key_of(int dir, int dev, const nb_tensor *x, const nb_tensor *w,
 {
     conv_key k;
     memset(&k, 0, sizeof k); /* padding bytes too: the key is compared with memcmp */
-    k.dir = dir, k.dev = dev, k.dtype = (int)x->dtype, k.tf32 = nb_cuda_get_allow_tf32();
+    k.dir = dir, k.dev = dev, k.dtype = (int)x->dtype, k.tf32 = nb_cuda_get_allow_tf32_conv();
     k.n = x->shape[0], k.c = x->shape[1], k.h = x->shape[2], k.w = x->shape[3];
     k.o = w->shape[0], k.kh = w->shape[2], k.kw = w->shape[3];
     k.i0 = a->i0, k.i1 = a->i1;
     return k;
+}
+
+/* One candidate of cuDNN's search, whichever the direction. */
+typedef struct found {
+    cudnnStatus_t status;
+    int algo;
+    cudnnMathType_t math;
+    float ms;
+    size_t memory;
+} found;
+
+#define FIND_MAX 8
+#define COPY_FOUND(perf, n, out)                                                                          \
+    for (int i = 0; i < (n); i++)                                                                         \
+    (out)[i] = (found){(perf)[i].status, (int)(perf)[i].algo, (perf)[i].mathType, (perf)[i].time, (perf)[i].memory}
+
+/* cuDNN's timed search for the plan's direction (cudnnFind*: it allocates what it tries); the
+ * fastest successful candidate sets the plan's algorithm and the descriptor's math type.
+ * NABLA_CUDNN_TRACE=1 prints the candidates on stderr. */
+static nb_status plan_search(cudnnHandle_t h, conv_plan *p)
+{
+    nb_status st = NB_OK;
+    found f[FIND_MAX];
+    int n = 0;
+    descs *d = &p->d;
+    static const char *dirs[3] = {"forward", "backward data", "backward filter"};
+    if (p->key.dir == 0) {
+        cudnnConvolutionFwdAlgoPerf_t perf[FIND_MAX];
+        DNN_TRY(cudnnFindConvolutionForwardAlgorithm(h, d->x, d->w, d->conv, d->y, FIND_MAX, &n, perf), "conv2d");
+        COPY_FOUND(perf, n, f);
+    } else if (p->key.dir == 1) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[FIND_MAX];
+        DNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(h, d->w, d->y, d->conv, d->x, FIND_MAX, &n, perf),
+                "conv2d backward");
+        COPY_FOUND(perf, n, f);
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[FIND_MAX];
+        DNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(h, d->x, d->y, d->conv, d->w, FIND_MAX, &n, perf),
+                "conv2d backward");
+        COPY_FOUND(perf, n, f);
+    }
+    int best = -1;
+    for (int i = 0; i < n && best < 0; i++)
+        if (f[i].status == CUDNN_STATUS_SUCCESS) best = i;
+    const char *tr = getenv("NABLA_CUDNN_TRACE");
+    if (tr && *tr && strcmp(tr, "0")) {
+        const conv_key *k = &p->key;
+        fprintf(stderr, "nabla: cudnn %s [%lld,%lld,%lld,%lld] x [%lld,%lld,%lld]%s:", dirs[k->dir], (long long)k->n,
+                (long long)k->c, (long long)k->h, (long long)k->w, (long long)k->o, (long long)k->kh, (long long)k->kw,
+                k->tf32 ? " tf32" : "");
+        for (int i = 0, shown = 0; i < n && shown < 3; i++)
+            if (f[i].status == CUDNN_STATUS_SUCCESS)
+                fprintf(stderr, " algo %d%s %.3f ms %.1f MiB;", f[i].algo, f[i].math == CUDNN_FMA_MATH ? " fma" : "",
+                        (double)f[i].ms, (double)f[i].memory / 1048576.0),
+                    shown++;
+        fprintf(stderr, "\n");
+    }
+    if (best < 0) {
+        st = nb__err(NB_ERR_DEVICE, "conv2d %s: cuDNN found no algorithm for input [%lld, %lld, %lld, %lld]", dirs[p->key.dir],
+                     (long long)p->key.n, (long long)p->key.c, (long long)p->key.h, (long long)p->key.w);
+        goto done;
+    }
+    p->algo = f[best].algo;
+    DNN_TRY(cudnnSetConvolutionMathType(d->conv, f[best].math), "conv2d");
+    if (p->key.dir == 0)
+        DNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d->x, d->w, d->conv, d->y, (cudnnConvolutionFwdAlgo_t)p->algo,
+                                                        &p->wsz),
+                "conv2d");
+    else if (p->key.dir == 1)
+        DNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d->w, d->y, d->conv, d->x,
+                                                             (cudnnConvolutionBwdDataAlgo_t)p->algo, &p->wsz),
+                "conv2d backward");
+    else
+        DNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d->x, d->y, d->conv, d->w,
+                                                               (cudnnConvolutionBwdFilterAlgo_t)p->algo, &p->wsz),
+                "conv2d backward");
+done:
+    return st;
+}
+
+/* The plan for (dir, x, w, y): from the table, else made and searched now. *owned: the caller
+ * frees it (the table was full). */
+static nb_status plan_get(cudnnHandle_t h, int dir, int dev, const nb_tensor *x, const nb_tensor *w,
+                          const nb_tensor *y, const nb_kargs *a, conv_plan **out, bool *owned)
+{
+    conv_key key = key_of(dir, dev, x, w, a);
+    *out = NULL, *owned = false;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_nplans; i++)
+        if (!memcmp(&g_plans[i]->key, &key, sizeof key)) {
+            *out = g_plans[i];
+            pthread_mutex_unlock(&g_lock);
+            return NB_OK;
+        }
+    /* made under the lock: a search runs once per shape, and two threads never search one shape */
+    conv_plan *p = calloc(1, sizeof *p);
+    nb_status st = p ? NB_OK : nb__err(NB_ERR_OOM, "conv2d: out of host memory for a cuDNN plan");
+    if (st == NB_OK) {
+        p->key = key;
+        st = descs_make(&p->d, x, w, y, a->i0, a->i1, key.tf32);
+        if (st == NB_OK) st = plan_search(h, p);
+    }
+    if (st == NB_OK && g_nplans < PLANS_MAX) g_plans[g_nplans++] = p;
+    else if (st == NB_OK) *owned = true;
+    pthread_mutex_unlock(&g_lock);
+    if (st != NB_OK && p) {
+        descs_free(&p->d);
+        free(p);
+        return st;
+    }
+    *out = p;
+    return st;
+}
+
+static void plan_release(conv_plan *p, bool owned)
+{
+    if (p && owned) {
+        descs_free(&p->d);
+        free(p);
+    }
 }
 
 /* ---- the three directions ----------------------------------------------------------------------- */
@@ -167,32 +275,21 @@ static nb_status forward(cudnnHandle_t h, int dev, const nb_kargs *a)
 {
     const nb_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     nb_tensor *y = a->out;
-    descs d;
-    nb_status st = descs_make(&d, x, w, y, a->i0, a->i1, a->flag);
+    conv_plan *p = NULL;
+    bool owned = false;
     void *ws = NULL;
-    size_t wsz = 0;
-    if (st != NB_OK) goto done;
-    conv_key key = key_of(0, dev, x, w, a);
-    int algo;
-    if (!cache_get(&key, &algo)) {
-        cudnnConvolutionFwdAlgoPerf_t perf[8];
-        int n = 0;
-        DNN_TRY(cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, 8, &n, perf), "conv2d");
-        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-        cache_put(&key, algo);
-    }
-    DNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, (cudnnConvolutionFwdAlgo_t)algo, &wsz),
-            "conv2d");
-    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    nb_status st = plan_get(h, 0, dev, x, w, y, a, &p, &owned);
+    if (st != NB_OK || (st = workspace(dev, p->wsz, &ws)) != NB_OK) goto done;
+    const descs *d = &p->d;
     const void *al = ALPHA(x->dtype), *be = BETA(x->dtype);
-    DNN_TRY(cudnnConvolutionForward(h, al, d.x, nb__data(x), d.w, nb__data(w), d.conv, (cudnnConvolutionFwdAlgo_t)algo,
-                                    ws, wsz, be, d.y, nb__data(y)),
+    DNN_TRY(cudnnConvolutionForward(h, al, d->x, nb__data(x), d->w, nb__data(w), d->conv,
+                                    (cudnnConvolutionFwdAlgo_t)p->algo, ws, p->wsz, be, d->y, nb__data(y)),
             "conv2d");
-    if (b) DNN_TRY(cudnnAddTensor(h, al, d.b, nb__data(b), al, d.y, nb__data(y)), "conv2d");
-    if (a->flag) DNN_TRY(cudnnActivationForward(h, d.act, al, d.y, nb__data(y), be, d.y, nb__data(y)), "conv2d");
+    if (b) DNN_TRY(cudnnAddTensor(h, al, d->b, nb__data(b), al, d->y, nb__data(y)), "conv2d");
+    if (a->flag) DNN_TRY(cudnnActivationForward(h, d->act, al, d->y, nb__data(y), be, d->y, nb__data(y)), "conv2d");
 done:
-    if (ws) nb__cuda_free(dev, ws, wsz);
-    descs_free(&d);
+    if (ws) nb__cuda_free(dev, ws, p->wsz);
+    plan_release(p, owned);
     return st;
 }
 
@@ -200,31 +297,19 @@ static nb_status backward_input(cudnnHandle_t h, int dev, const nb_kargs *a)
 {
     const nb_tensor *g = a->in[0], *w = a->in[1];
     nb_tensor *gx = a->out;
-    descs d;
-    nb_status st = descs_make(&d, gx, w, g, a->i0, a->i1, false);
+    conv_plan *p = NULL;
+    bool owned = false;
     void *ws = NULL;
-    size_t wsz = 0;
-    if (st != NB_OK) goto done;
-    conv_key key = key_of(1, dev, gx, w, a);
-    int algo;
-    if (!cache_get(&key, &algo)) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-        int n = 0;
-        DNN_TRY(cudnnFindConvolutionBackwardDataAlgorithm(h, d.w, d.y, d.conv, d.x, 8, &n, perf), "conv2d backward");
-        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-        cache_put(&key, algo);
-    }
-    DNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)algo,
-                                                         &wsz),
-            "conv2d backward");
-    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    nb_status st = plan_get(h, 1, dev, gx, w, g, a, &p, &owned);
+    if (st != NB_OK || (st = workspace(dev, p->wsz, &ws)) != NB_OK) goto done;
+    const descs *d = &p->d;
     const void *al = ALPHA(gx->dtype), *be = BETA(gx->dtype);
-    DNN_TRY(cudnnConvolutionBackwardData(h, al, d.w, nb__data(w), d.y, nb__data(g), d.conv,
-                                         (cudnnConvolutionBwdDataAlgo_t)algo, ws, wsz, be, d.x, nb__data(gx)),
+    DNN_TRY(cudnnConvolutionBackwardData(h, al, d->w, nb__data(w), d->y, nb__data(g), d->conv,
+                                         (cudnnConvolutionBwdDataAlgo_t)p->algo, ws, p->wsz, be, d->x, nb__data(gx)),
             "conv2d backward");
 done:
-    if (ws) nb__cuda_free(dev, ws, wsz);
-    descs_free(&d);
+    if (ws) nb__cuda_free(dev, ws, p->wsz);
+    plan_release(p, owned);
     return st;
 }
 
@@ -232,32 +317,20 @@ static nb_status backward_weight(cudnnHandle_t h, int dev, const nb_kargs *a)
 {
     const nb_tensor *g = a->in[0], *x = a->in[1];
     nb_tensor *gw = a->out, *gb = a->out2;
-    descs d;
-    nb_status st = descs_make(&d, x, gw, g, a->i0, a->i1, false);
+    conv_plan *p = NULL;
+    bool owned = false;
     void *ws = NULL;
-    size_t wsz = 0;
-    if (st != NB_OK) goto done;
-    conv_key key = key_of(2, dev, x, gw, a);
-    int algo;
-    if (!cache_get(&key, &algo)) {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
-        int n = 0;
-        DNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithm(h, d.x, d.y, d.conv, d.w, 8, &n, perf), "conv2d backward");
-        algo = n > 0 ? (int)perf[0].algo : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-        cache_put(&key, algo);
-    }
-    DNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w,
-                                                           (cudnnConvolutionBwdFilterAlgo_t)algo, &wsz),
-            "conv2d backward");
-    if ((st = workspace(dev, wsz, &ws)) != NB_OK) goto done;
+    nb_status st = plan_get(h, 2, dev, x, gw, g, a, &p, &owned);
+    if (st != NB_OK || (st = workspace(dev, p->wsz, &ws)) != NB_OK) goto done;
+    const descs *d = &p->d;
     const void *al = ALPHA(x->dtype), *be = BETA(x->dtype);
-    DNN_TRY(cudnnConvolutionBackwardFilter(h, al, d.x, nb__data(x), d.y, nb__data(g), d.conv,
-                                           (cudnnConvolutionBwdFilterAlgo_t)algo, ws, wsz, be, d.w, nb__data(gw)),
+    DNN_TRY(cudnnConvolutionBackwardFilter(h, al, d->x, nb__data(x), d->y, nb__data(g), d->conv,
+                                           (cudnnConvolutionBwdFilterAlgo_t)p->algo, ws, p->wsz, be, d->w, nb__data(gw)),
             "conv2d backward");
-    if (gb) DNN_TRY(cudnnConvolutionBackwardBias(h, al, d.y, nb__data(g), be, d.b, nb__data(gb)), "conv2d backward");
+    if (gb) DNN_TRY(cudnnConvolutionBackwardBias(h, al, d->y, nb__data(g), be, d->b, nb__data(gb)), "conv2d backward");
 done:
-    if (ws) nb__cuda_free(dev, ws, wsz);
-    descs_free(&d);
+    if (ws) nb__cuda_free(dev, ws, p->wsz);
+    plan_release(p, owned);
     return st;
 }
 
