@@ -151,10 +151,66 @@ static void test_half(void **state)
     nb_scope_end(s);
 }
 
+/* The vectorised path (16 bytes per operand per step when the output is contiguous and 16-byte
+ * aligned, the inputs contiguous, one value or a repeated row) and its fallbacks: lengths around
+ * the vector width (the one-by-one tail), a misaligned view (a slice from element 1), rows whose
+ * length is or is not a multiple of the vector width, a long tensor; every dtype it runs for. */
+static void test_vector_paths(void **state)
+{
+    (void)state;
+    const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64, NB_INT32, NB_INT64, NB_UINT8, NB_BOOL};
+    const int64_t lens[] = {1, 3, 4, 15, 16, 17, 33, 1000003};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        bool fl = dts[d] <= NB_FLOAT64;
+        double rtol = dts[d] == NB_FLOAT32 ? 1e-5 : dts[d] == NB_FLOAT64 ? 1e-13 : 0;
+        char what[96];
+        for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+            nb_scope *s = nb_scope_begin();
+            int64_t n1[1] = {lens[l] + 1};
+            nb_tensor *a = rnd(n1, 1, dts[d], 4), *b = rnd(n1, 1, dts[d], 4);
+            /* aligned (from element 0) and misaligned (from element 1) views of the same data */
+            for (int off = 0; off < 2; off++) {
+                nb_tensor *av = NBT_CHECK(nb_slice(a, 0, off, off + lens[l], 1));
+                nb_tensor *bv = NBT_CHECK(nb_slice(b, 0, 1 - off, 1 - off + lens[l], 1));
+                nb_tensor *ad = NBT_CHECK(nb_slice(nbt_to_cuda(a), 0, off, off + lens[l], 1));
+                nb_tensor *bd = NBT_CHECK(nb_slice(nbt_to_cuda(b), 0, 1 - off, 1 - off + lens[l], 1));
+                snprintf(what, sizeof what, "add %s n=%lld off=%d", nb_dtype_name(dts[d]), (long long)lens[l], off);
+                nbt_assert_close_host(NBT_CHECK(nb_add(ad, bd)), NBT_CHECK(nb_add(av, bv)), rtol, what);
+                nbt_assert_close_host(NBT_CHECK(nb_mul(ad, ad)), NBT_CHECK(nb_mul(av, av)), rtol, what);
+                if (dts[d] != NB_BOOL) {
+                    nbt_assert_close_host(NBT_CHECK(nb_add_scalar(ad, 2)), NBT_CHECK(nb_add_scalar(av, 2)), rtol, what);
+                    nbt_assert_close_host(NBT_CHECK(nb_neg(ad)), NBT_CHECK(nb_neg(av)), rtol, what);
+                }
+                if (fl) {
+                    nbt_assert_close_host(NBT_CHECK(nb_exp(ad)), NBT_CHECK(nb_exp(av)), rtol, what);
+                    nb_tensor *xc = nbt_leaf(av), *xg = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(av)));
+                    NBT_OK(nb_tensor_set_requires_grad(xg, true));
+                    NBT_OK(nb_backward(NBT_CHECK(nb_tanh(xc)), bv, 0));
+                    NBT_OK(nb_backward(NBT_CHECK(nb_tanh(xg)), bd, 0));
+                    nbt_assert_close_host(nb_tensor_grad(xg), nb_tensor_grad(xc), rtol * 10, what);
+                    nb_tensor_free(xg);
+                }
+            }
+            nb_scope_end(s);
+        }
+        /* a row repeated over leading dims: lengths 8, 12, 16 and 2, against each dtype's width */
+        const int64_t rows[] = {8, 12, 16, 2};
+        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+            nb_scope *s = nb_scope_begin();
+            int64_t sm[3] = {3, 5, rows[r]}, sr[1] = {rows[r]};
+            nb_tensor *m = rnd(sm, 3, dts[d], 4), *row = rnd(sr, 1, dts[d], 4);
+            snprintf(what, sizeof what, "add row %s len=%lld", nb_dtype_name(dts[d]), (long long)rows[r]);
+            nbt_assert_close_host(NBT_CHECK(nb_add(nbt_to_cuda(m), nbt_to_cuda(row))), NBT_CHECK(nb_add(m, row)), rtol, what);
+            nbt_assert_close_host(NBT_CHECK(nb_mul(nbt_to_cuda(row), nbt_to_cuda(m))), NBT_CHECK(nb_mul(row, m)), rtol, what);
+            nb_scope_end(s);
+        }
+    }
+}
+
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_binary), cmocka_unit_test(test_unary_and_grads),
-                                       cmocka_unit_test(test_half)};
+                                       cmocka_unit_test(test_half), cmocka_unit_test(test_vector_paths)};
     return NBT_RUN(tests);
 }

@@ -329,6 +329,122 @@ unsigned grid_for(int64_t n)
     return (unsigned)(blocks < 65535 * 8 ? blocks : 65535 * 8);
 }
 
+// ---- the vectorised path ------------------------------------------------------------------------
+// When the output is contiguous and each input is contiguous, one value, or a contiguous row
+// repeated along the leading dims (a bias), each thread moves 16 bytes per operand at a time:
+// V = 16 / sizeof(T) elements. The op's switch then runs once per V elements' worth of loads.
+// The last n % V elements are done one by one.
+template <typename T> struct alignas(16) Pack {
+    T v[16 / sizeof(T)];
+};
+enum { V_CONTIG = 0, V_ONE, V_ROW };
+struct VOp {
+    const void *data;
+    int mode;
+    int64_t len; // V_ROW: the row's length, a multiple of V
+};
+
+template <typename T> __device__ __forceinline__ Pack<T> vload(const VOp &o, int64_t j)
+{
+    constexpr int V = 16 / sizeof(T);
+    const T *d = (const T *)o.data;
+    Pack<T> p;
+    if (o.mode == V_CONTIG) p = ((const Pack<T> *)d)[j];
+    else if (o.mode == V_ROW) p = ((const Pack<T> *)d)[j % (o.len / V)];
+    else {
+        T v = d[0];
+#pragma unroll
+        for (int k = 0; k < V; k++) p.v[k] = v;
+    }
+    return p;
+}
+
+template <typename T> __device__ __forceinline__ typename Comp<T>::type eload(const VOp &o, int64_t i)
+{
+    const T *d = (const T *)o.data;
+    return load(d, o.mode == V_CONTIG ? i : o.mode == V_ROW ? i % o.len : 0);
+}
+
+template <typename T>
+__global__ void binary_vec(int op, T *out, VOp x, VOp y, typename Comp<T>::type s, int64_t nvec, int64_t n)
+{
+    constexpr int V = 16 / sizeof(T);
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (int64_t j = t; j < nvec; j += (int64_t)gridDim.x * blockDim.x) {
+        Pack<T> a = vload<T>(x, j), r;
+        if (y.data) {
+            Pack<T> b = vload<T>(y, j);
+#pragma unroll
+            for (int k = 0; k < V; k++) r.v[k] = store_as<T>(Bin<T>::f(op, load(a.v, k), load(b.v, k)));
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) r.v[k] = store_as<T>(Bin<T>::f(op, load(a.v, k), s));
+        }
+        ((Pack<T> *)out)[j] = r;
+    }
+    int64_t i = nvec * V + t;
+    if (i < n) out[i] = store_as<T>(Bin<T>::f(op, eload<T>(x, i), y.data ? eload<T>(y, i) : s));
+}
+
+template <typename T>
+__global__ void unary_vec(int op, T *out, VOp x, double s0, double s1, int64_t q0, int64_t q1, int64_t i0, int64_t nvec,
+                          int64_t n)
+{
+    constexpr int V = 16 / sizeof(T);
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (int64_t j = t; j < nvec; j += (int64_t)gridDim.x * blockDim.x) {
+        Pack<T> a = vload<T>(x, j), r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = store_as<T>(Un<T>::f(op, load(a.v, k), s0, s1, q0, q1, i0));
+        ((Pack<T> *)out)[j] = r;
+    }
+    int64_t i = nvec * V + t;
+    if (i < n) out[i] = store_as<T>(Un<T>::f(op, eload<T>(x, i), s0, s1, q0, q1, i0));
+}
+
+template <typename T>
+__global__ void act_backward_vec(int op, T *out, VOp g, VOp x, double s0, double s1, int64_t i0, int64_t nvec, int64_t n)
+{
+    typedef typename Comp<T>::type C;
+    constexpr int V = 16 / sizeof(T);
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (int64_t j = t; j < nvec; j += (int64_t)gridDim.x * blockDim.x) {
+        Pack<T> a = vload<T>(g, j), b = vload<T>(x, j), r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = store_as<T>(act_backward<C>(op, load(a.v, k), load(b.v, k), (C)s0, (C)s1, i0));
+        ((Pack<T> *)out)[j] = r;
+    }
+    int64_t i = nvec * V + t;
+    if (i < n) out[i] = store_as<T>(act_backward<C>(op, eload<T>(g, i), eload<T>(x, i), (C)s0, (C)s1, i0));
+}
+
+// d as a vector operand (a NULL d: no operand, fine), or false when it needs the general path.
+bool vop(const nb_cuda_desc *d, size_t elsize, VOp *o)
+{
+    o->data = d ? d->data : nullptr, o->mode = V_ONE, o->len = 0;
+    if (!d) return true;
+    Operand g = operand(d);
+    const int V = (int)(16 / elsize);
+    bool aligned = ((uintptr_t)d->data & 15) == 0;
+    if (g.mode == MODE_ONE) return true;
+    if (g.mode == MODE_CONTIG) {
+        o->mode = V_CONTIG;
+        return aligned;
+    }
+    // a contiguous row over the trailing dims, repeated (stride 0) along the others
+    int k = d->ndim - 1;
+    int64_t len = 1;
+    for (; k >= 0 && (d->shape[k] == 1 || d->strides[k] == len); k--) len *= d->shape[k];
+    for (; k >= 0; k--)
+        if (d->shape[k] != 1 && d->strides[k] != 0) return false;
+    if (!aligned || len % V != 0) return false;
+    o->mode = V_ROW, o->len = len;
+    return true;
+}
+
+// The vector path's grid: nvec vectors, and a block for the tail when there are no vectors.
+unsigned vgrid(int64_t nvec) { return grid_for(nvec > 0 ? nvec : 1); }
+
 template <typename T> typename Comp<T>::type scalar_as(double s) { return (typename Comp<T>::type)s; }
 template <> bool scalar_as<bool>(double s) { return s != 0.0; }
 
@@ -337,7 +453,15 @@ cudaError_t launch_binary_t(int op, const nb_cuda_desc *out, const nb_cuda_desc 
                             int64_t n, cudaStream_t st)
 {
     Operand o = operand(out), a = operand(x), b = operand(y);
-    if (op >= NB_CUDA_OP_EQ && op <= NB_CUDA_OP_GE)
+    VOp vx, vy;
+    bool cmp_op = op >= NB_CUDA_OP_EQ && op <= NB_CUDA_OP_GE;
+    if (!cmp_op && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, sizeof(T), &vx) &&
+        vop(y, sizeof(T), &vy)) {
+        int64_t nvec = n / (int64_t)(16 / sizeof(T));
+        binary_vec<T><<<vgrid(nvec), 256, 0, st>>>(op, (T *)out->data, vx, vy, scalar_as<T>(s), nvec, n);
+        return cudaGetLastError();
+    }
+    if (cmp_op)
         compare_kernel<T><<<grid_for(n), 256, 0, st>>>(op, (bool *)out->data, o, a, b, scalar_as<T>(s), n);
     else
         binary_kernel<T><<<grid_for(n), 256, 0, st>>>(op, (T *)out->data, o, a, b, scalar_as<T>(s), n);
@@ -381,6 +505,16 @@ extern "C" cudaError_t nb_cuda_launch_act_backward(int op, const nb_cuda_desc *o
                                                    cudaStream_t st)
 {
     Operand o = operand(out), a = operand(g), b = operand(x);
+    VOp vg, vx;
+    size_t el = out->dtype == F64 ? 8 : out->dtype == F32 ? 4 : 2;
+    if (o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(g, el, &vg) && vop(x, el, &vx) && vx.data &&
+        vg.data) {
+        int64_t nvec = n / (int64_t)(16 / el);
+#define CALL(T)                                                                                    \
+    (act_backward_vec<T><<<vgrid(nvec), 256, 0, st>>>(op, (T *)out->data, vg, vx, s0, s1, i0, nvec, n), cudaGetLastError())
+        BY_FLOAT_DTYPE(out->dtype, CALL)
+#undef CALL
+    }
 #define CALL(T)                                                                                    \
     (act_backward_kernel<T><<<grid_for(n), 256, 0, st>>>(op, (T *)out->data, o, a, b, s0, s1, i0, n), cudaGetLastError())
     BY_FLOAT_DTYPE(out->dtype, CALL)
@@ -393,6 +527,16 @@ extern "C" cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, con
     Operand o = operand(out), a = operand(x);
     if (op == NB_CUDA_OP_LOGICAL_NOT) {
 #define CALL(T) (not_kernel<T><<<grid_for(n), 256, 0, st>>>((bool *)out->data, o, a, n), cudaGetLastError())
+        BY_DTYPE(x->dtype, CALL)
+#undef CALL
+    }
+    VOp vx;
+    size_t el = x->dtype == F64 || x->dtype == I64 ? 8 : x->dtype == F32 || x->dtype == I32 ? 4
+              : x->dtype == F16 || x->dtype == BF16 ? 2 : 1;
+    if (out->dtype == x->dtype && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, el, &vx) && vx.data) {
+        int64_t nvec = n / (int64_t)(16 / el);
+#define CALL(T)                                                                                    \
+    (unary_vec<T><<<vgrid(nvec), 256, 0, st>>>(op, (T *)out->data, vx, s0, s1, q0, q1, i0, nvec, n), cudaGetLastError())
         BY_DTYPE(x->dtype, CALL)
 #undef CALL
     }
