@@ -80,6 +80,15 @@ static void test_conv_and_pool(void **state)
         compare(avgp_f, NULL, in, 1, rtol, "avg_pool2d");
         compare(avgp_f, (void *)1, in, 1, rtol, "avg_pool2d count_include_pad");
         compare(adapt_f, NULL, in, 1, rtol, "adaptive_avg_pool2d");
+        /* bias gradients over several blocks per channel: long planes (22 x 22) and short ones
+         * (4 x 4) shared out among a block's threads */
+        const int64_t big[2][4] = {{96, 4, 24, 24}, {2048, 2, 6, 6}};
+        for (int k = 0; k < 2; k++) {
+            int64_t bw[4] = {3, big[k][1], 3, 3}, bb[1] = {3};
+            nb_tensor *bin[3] = {randn(big[k], 4, t), randn(bw, 4, t), randn(bb, 1, t)};
+            nb_conv2d_params q = nb_conv2d_params_default();
+            compare(conv_f, &q, bin, 3, dt ? 1e-11 : 1e-4, "conv2d, bias gradient over many blocks");
+        }
     }
 }
 
@@ -119,29 +128,106 @@ static void test_conv_tf32(void **state)
     nb_scope_end(s);
 }
 
+/* One batch-norm case: the layer on both devices, training (running statistics updated, then
+ * compared) and evaluation with them. offset: x starts one element into its buffer (the kernels'
+ * unaligned path: no vector loads). */
+typedef struct bn_case {
+    const char *what;
+    nb_dtype dt;
+    int nd;
+    int64_t shape[4];
+    bool affine, train, offset;
+} bn_case;
+
+typedef struct bn_ctx {
+    const bn_case *c;
+    nb_tensor *run[4]; /* running mean and var on the CPU, then on the device */
+    bool training;
+} bn_ctx;
+
 static nb_tensor *bn_f(nb_tensor *const *in, void *ctx)
 {
-    nb_tensor **run = ctx; /* running mean, var of the device of in[0] */
+    bn_ctx *b = ctx;
     bool on_cuda = nb_tensor_device(in[0]).type == NB_DEVICE_CUDA;
-    return nb_batch_norm(in[0], run[on_cuda ? 2 : 0], run[on_cuda ? 3 : 1], in[1], in[2], run[4] != NULL, 0.1, 1e-5);
+    const nb_tensor *x = in[0];
+    if (b->c->offset) x = nb_view(nb_narrow(x, 0, 1, nb_tensor_numel(x) - 1), b->c->shape, b->c->nd);
+    return nb_batch_norm(x, b->run[on_cuda ? 2 : 0], b->run[on_cuda ? 3 : 1], in[1], in[2], b->training, 0.1, 1e-5);
 }
 
+static void bn_run_case(const bn_case *c)
+{
+    nb_scope *s = nb_scope_begin();
+    double tol = c->dt == NB_FLOAT64 ? 1e-11 : 1e-5;
+    int64_t ch = c->shape[1], numel = 1;
+    for (int i = 0; i < c->nd; i++) numel *= c->shape[i];
+    int64_t flat = numel + 1;
+    nb_tensor *in[3] = {c->offset ? randn(&flat, 1, c->dt) : randn(c->shape, c->nd, c->dt), randn(&ch, 1, c->dt),
+                        randn(&ch, 1, c->dt)};
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = c->dt;
+    nb_tensor *rm = NBT_CHECK(nb_zeros(&ch, 1, &p)), *rv = NBT_CHECK(nb_ones(&ch, 1, &p));
+    bn_ctx b = {.c = c, .run = {rm, rv, nbt_to_cuda(rm), nbt_to_cuda(rv)}};
+    char what[160];
+    printf("batch_norm %s\n", c->what);
+    if (c->train) {
+        b.training = true;
+        snprintf(what, sizeof what, "batch_norm %s training", c->what);
+        compare(bn_f, &b, in, c->affine ? 3 : 1, tol, what);
+        snprintf(what, sizeof what, "batch_norm %s running mean", c->what);
+        nbt_assert_close_host(b.run[2], rm, tol / 10, what);
+        snprintf(what, sizeof what, "batch_norm %s running var", c->what);
+        nbt_assert_close_host(b.run[3], rv, tol / 10, what);
+    }
+    b.training = false;
+    snprintf(what, sizeof what, "batch_norm %s evaluation", c->what);
+    compare(bn_f, &b, in, c->affine ? 3 : 1, tol, what);
+    nb_scope_end(s);
+}
+
+/* x without a gradient: the backward gives the parameters' gradients alone (its sums, without
+ * the elementwise pass) */
+static void bn_params_only(void)
+{
+    nb_scope *s = nb_scope_begin();
+    int64_t sx[4] = {6, 5, 9, 8}, sc[1] = {5};
+    nb_tensor *x = randn(sx, 4, NB_FLOAT64), *w = randn(sc, 1, NB_FLOAT64), *b = randn(sc, 1, NB_FLOAT64);
+    nb_tensor *hw = nbt_leaf(w), *hb = nbt_leaf(b), *dw = dev_leaf(w), *db = dev_leaf(b);
+    nb_tensor *yh = NBT_CHECK(nb_batch_norm(x, NULL, NULL, hw, hb, true, 0.1, 1e-5));
+    nb_tensor *yd = NBT_CHECK(nb_batch_norm(nbt_to_cuda(x), NULL, NULL, dw, db, true, 0.1, 1e-5));
+    nbt_assert_close_host(yd, yh, 1e-11, "batch_norm, x without gradient");
+    nb_tensor *g = randn(sx, 4, NB_FLOAT64);
+    NBT_OK(nb_backward(yh, g, 0));
+    NBT_OK(nb_backward(yd, nbt_to_cuda(g), 0));
+    nbt_assert_close_host(nb_tensor_grad(dw), nb_tensor_grad(hw), 1e-10, "batch_norm weight gradient alone");
+    nbt_assert_close_host(nb_tensor_grad(db), nb_tensor_grad(hb), 1e-10, "batch_norm bias gradient alone");
+    nb_tensor_free(dw);
+    nb_tensor_free(db);
+    nb_scope_end(s);
+}
+
+/* Batch norm against the CPU: float64 at 1e-11 and ResNet-like float32 shapes at 1e-5 (the
+ * vector widths 4, 2 and 1, one and many blocks per channel), a single channel over a large
+ * plane, 2-D and 3-D inputs, one value per channel in evaluation, no weight and bias, an
+ * unaligned x, and running statistics after training. */
 static void test_batch_norm(void **state)
 {
     (void)state;
-    nb_scope *s = nb_scope_begin();
-    int64_t sx[4] = {5, 3, 6, 7}, sc[1] = {3};
-    nb_tensor *in[3] = {randn(sx, 4, NB_FLOAT64), randn(sc, 1, NB_FLOAT64), randn(sc, 1, NB_FLOAT64)};
-    nb_tensor_params p = nb_tensor_params_default();
-    p.dtype = NB_FLOAT64;
-    nb_tensor *rm = NBT_CHECK(nb_zeros(sc, 1, &p)), *rv = NBT_CHECK(nb_ones(sc, 1, &p));
-    nb_tensor *run[5] = {rm, rv, nbt_to_cuda(rm), nbt_to_cuda(rv), rm /* training */};
-    compare(bn_f, run, in, 3, 1e-11, "batch_norm training");
-    nbt_assert_close_host(run[2], run[0], 1e-12, "running mean");
-    nbt_assert_close_host(run[3], run[1], 1e-12, "running var");
-    run[4] = NULL;
-    compare(bn_f, run, in, 3, 1e-11, "batch_norm evaluation");
-    nb_scope_end(s);
+    static const bn_case cases[] = {
+        {"[5,3,6,7] float64", NB_FLOAT64, 4, {5, 3, 6, 7}, true, true, false},
+        {"[5,3,6,7] float64 without weight and bias", NB_FLOAT64, 4, {5, 3, 6, 7}, false, true, false},
+        {"[64,16,32,32] float32", NB_FLOAT32, 4, {64, 16, 32, 32}, true, true, false},
+        {"[8,256,14,14] float32", NB_FLOAT32, 4, {8, 256, 14, 14}, true, true, false},
+        {"[16,32,7,7] float32", NB_FLOAT32, 4, {16, 32, 7, 7}, true, true, false},
+        {"[4,6,2,3] float32 without weight and bias", NB_FLOAT32, 4, {4, 6, 2, 3}, false, true, false},
+        {"[2,1,513,1031] float64 (one channel)", NB_FLOAT64, 4, {2, 1, 513, 1031}, true, true, false},
+        {"[1,1,1024,1024] float32 (one image, one channel)", NB_FLOAT32, 4, {1, 1, 1024, 1024}, true, true, false},
+        {"[2,5] float64", NB_FLOAT64, 2, {2, 5}, true, true, false},
+        {"[3,4,5] float64", NB_FLOAT64, 3, {3, 4, 5}, true, true, false},
+        {"[1,4,1,1] float64 (evaluation only)", NB_FLOAT64, 4, {1, 4, 1, 1}, true, false, false},
+        {"[4,8,4,4] float32 unaligned", NB_FLOAT32, 4, {4, 8, 4, 4}, true, true, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run_case(&cases[i]);
+    bn_params_only();
 }
 
 /* A 2-layer LSTM with given states: outputs, final states and every gradient (the fused cell

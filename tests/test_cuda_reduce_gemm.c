@@ -7,6 +7,7 @@
  * Exits 77 (ctest: Skipped) on a machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "nbtest.h"
 #include "nabla/cuda.h"
@@ -71,6 +72,132 @@ static void test_reductions(void **state)
     h = NBT_CHECK(nb_tensor_from_data(v, n6, 1, &p64));
     nbt_assert_close_host(NBT_CHECK(nb_max_dim(nbt_to_cuda(h), 0, false, &id)), NBT_CHECK(nb_max_dim(h, 0, false, &ih)), 0, "nan max");
     nbt_assert_close_host(id, ih, 0, "nan max index");
+    nb_scope_end(s);
+}
+
+/* A device reduction against the CPU's for x on the host and xd (the same values and layout) on
+ * the device. */
+#define CMP(dev_call, host_call, tol, what) nbt_assert_close_host(NBT_CHECK(dev_call), NBT_CHECK(host_call), tol, what)
+
+/* Every op of the split paths (reduce.cu: row, col) over the dims dm of x (float). */
+static void cmp_float_ops(nb_tensor *x, nb_tensor *xd, const int64_t *dm, int nd, double rtol, const char *w)
+{
+    CMP(nb_sum(xd, dm, nd, false), nb_sum(x, dm, nd, false), rtol, w);
+    CMP(nb_mean(xd, dm, nd, true), nb_mean(x, dm, nd, true), rtol, w);
+    CMP(nb_var(xd, dm, nd, 1, false), nb_var(x, dm, nd, 1, false), rtol, w);
+    CMP(nb_std(xd, dm, nd, 0, false), nb_std(x, dm, nd, 0, false), rtol, w);
+    CMP(nb_logsumexp(xd, dm, nd, false), nb_logsumexp(x, dm, nd, false), rtol, w);
+    const double ps[] = {0, 1, 2, 3, INFINITY, -INFINITY};
+    nb_tensor *r = NBT_CHECK(nb_relu(x)), *rd = NBT_CHECK(nb_relu(xd)); /* zeros for p = 0 */
+    for (int k = 0; k < 6; k++) {
+        CMP(nb_norm(xd, ps[k], dm, nd, false), nb_norm(x, ps[k], dm, nd, false), ps[k] == 3 ? rtol * 10 : rtol, w);
+        CMP(nb_norm(rd, ps[k], dm, nd, false), nb_norm(r, ps[k], dm, nd, false), ps[k] == 3 ? rtol * 10 : rtol, w);
+    }
+    CMP(nb_all(rd, dm, nd, false), nb_all(r, dm, nd, false), 0, w);
+    CMP(nb_any(rd, dm, nd, false), nb_any(r, dm, nd, false), 0, w);
+    CMP(nb_all(NBT_CHECK(nb_ne_scalar(xd, 100)), dm, nd, false), nb_all(NBT_CHECK(nb_ne_scalar(x, 100)), dm, nd, false), 0, w);
+}
+
+/* max, min and their positions along dim (NB_DIM_NONE: the whole tensor) */
+static void cmp_extremes(nb_tensor *x, nb_tensor *xd, int64_t dim, const char *w)
+{
+    if (dim == NB_DIM_NONE) {
+        CMP(nb_max(xd), nb_max(x), 0, w);
+        CMP(nb_min(xd), nb_min(x), 0, w);
+    } else {
+        nb_tensor *ih, *id;
+        CMP(nb_max_dim(xd, dim, false, &id), nb_max_dim(x, dim, false, &ih), 0, w);
+        nbt_assert_close_host(id, ih, 0, w);
+        CMP(nb_min_dim(xd, dim, true, &id), nb_min_dim(x, dim, true, &ih), 0, w);
+        nbt_assert_close_host(id, ih, 0, w);
+    }
+    CMP(nb_argmax(xd, dim, false), nb_argmax(x, dim, false), 0, w);
+    CMP(nb_argmin(xd, dim, false), nb_argmin(x, dim, false), 0, w);
+}
+
+/* The split and column paths of reduce.cu: few outputs over many elements (full reductions, 3
+ * rows of 400000), reductions over leading dims ([5000, 777] over dim 0, [400000, 3]), transposed
+ * and misaligned inputs, int64 sums and extremes with many ties, NaN at two positions. */
+static void test_reductions_large(void **state)
+{
+    (void)state;
+    const int64_t all2[2] = {0, 1}, d0[1] = {0}, d1[1] = {1};
+    const nb_dtype fts[] = {NB_FLOAT32, NB_FLOAT64};
+    for (int t = 0; t < 2; t++) {
+        nb_scope *s = nb_scope_begin();
+        double rtol = fts[t] == NB_FLOAT32 ? 1e-6 : 1e-12;
+        char w[96];
+        int64_t sb[2] = {1100, 1000}, sc[2] = {5000, 777}, st[2] = {777, 5000}, sr[2] = {3, 400000}, sk[2] = {400000, 3};
+        nb_tensor *b = NBT_CHECK(nb_mul_scalar(randn(sb, 2, fts[t]), 3)), *bd = nbt_to_cuda(b);
+        snprintf(w, sizeof w, "%s [1100, 1000] full", nb_dtype_name(fts[t]));
+        cmp_float_ops(b, bd, NULL, 0, rtol, w);
+        cmp_extremes(b, bd, NB_DIM_NONE, w);
+        /* contiguous but one element off 16-byte alignment */
+        int64_t nflat[1] = {1100 * 1000};
+        nb_tensor *f = NBT_CHECK(nb_slice(NBT_CHECK(nb_reshape(b, nflat, 1)), 0, 1, nflat[0], 1));
+        nb_tensor *fd = NBT_CHECK(nb_slice(NBT_CHECK(nb_reshape(bd, nflat, 1)), 0, 1, nflat[0], 1));
+        snprintf(w, sizeof w, "%s misaligned full", nb_dtype_name(fts[t]));
+        cmp_float_ops(f, fd, NULL, 0, rtol, w);
+        cmp_extremes(f, fd, 0, w);
+
+        nb_tensor *c = randn(sc, 2, fts[t]), *cd = nbt_to_cuda(c);
+        snprintf(w, sizeof w, "%s [5000, 777] over dim 0", nb_dtype_name(fts[t]));
+        cmp_float_ops(c, cd, d0, 1, rtol, w);
+        cmp_extremes(c, cd, 0, w);
+        snprintf(w, sizeof w, "%s [5000, 777] over dim 1", nb_dtype_name(fts[t]));
+        cmp_float_ops(c, cd, d1, 1, rtol, w);
+        /* a transposed input: [5000, 777] with strides [1, 5000] */
+        nb_tensor *tr = randn(st, 2, fts[t]);
+        nb_tensor *x = NBT_CHECK(nb_transpose(tr, 0, 1)), *xd = NBT_CHECK(nb_transpose(nbt_to_cuda(tr), 0, 1));
+        for (int k = 0; k < 3; k++) {
+            snprintf(w, sizeof w, "%s transposed, dims %d", nb_dtype_name(fts[t]), k);
+            cmp_float_ops(x, xd, k == 2 ? all2 : k ? d1 : d0, k == 2 ? 2 : 1, rtol, w);
+            if (k < 2) cmp_extremes(x, xd, k, w);
+        }
+        /* 3 long rows, read directly and through a transposed view; 3 long columns */
+        nb_tensor *r = randn(sr, 2, fts[t]), *rd = nbt_to_cuda(r);
+        snprintf(w, sizeof w, "%s [3, 400000] over dim 1", nb_dtype_name(fts[t]));
+        cmp_float_ops(r, rd, d1, 1, rtol, w);
+        cmp_extremes(r, rd, 1, w);
+        snprintf(w, sizeof w, "%s [3, 400000] transposed over dim 0", nb_dtype_name(fts[t]));
+        cmp_float_ops(NBT_CHECK(nb_transpose(r, 0, 1)), NBT_CHECK(nb_transpose(rd, 0, 1)), d0, 1, rtol, w);
+        nb_tensor *k3 = randn(sk, 2, fts[t]), *k3d = nbt_to_cuda(k3);
+        snprintf(w, sizeof w, "%s [400000, 3] over dim 0", nb_dtype_name(fts[t]));
+        cmp_float_ops(k3, k3d, d0, 1, rtol, w);
+        cmp_extremes(k3, k3d, 0, w);
+        nb_scope_end(s);
+    }
+    /* int64: exact sums; extremes with many ties (the first position wins across chunks) */
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_params pi = nb_tensor_params_default();
+    pi.dtype = NB_INT64;
+    int64_t sb[2] = {1100, 1000}, sc[2] = {5000, 777};
+    nb_tensor *ib = NBT_CHECK(nb_randint(-1000000, 1000000, sb, 2, &pi)), *ibd = nbt_to_cuda(ib);
+    CMP(nb_sum(ibd, NULL, 0, false), nb_sum(ib, NULL, 0, false), 0, "int64 full sum");
+    CMP(nb_sum(ibd, d0, 1, false), nb_sum(ib, d0, 1, false), 0, "int64 sum over dim 0");
+    nb_tensor *it = NBT_CHECK(nb_randint(-3, 3, sc, 2, &pi)), *itd = nbt_to_cuda(it);
+    CMP(nb_sum(itd, d0, 1, true), nb_sum(it, d0, 1, true), 0, "int64 [5000, 777] sum over dim 0");
+    cmp_extremes(it, itd, 0, "int64 ties over dim 0");
+    cmp_extremes(it, itd, 1, "int64 ties over dim 1");
+    cmp_extremes(it, itd, NB_DIM_NONE, "int64 ties full");
+    int64_t n1[1] = {5000 * 777};
+    cmp_extremes(NBT_CHECK(nb_reshape(it, n1, 1)), NBT_CHECK(nb_reshape(itd, n1, 1)), 0, "int64 ties 1-D");
+    /* NaN wins, at its first position, whichever chunk holds it */
+    int64_t n = 1100 * 1000;
+    double *v = malloc((size_t)n * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7919) % 100003) - 50000.0;
+    v[777777] = NAN;
+    v[123457] = NAN;
+    nb_tensor_params p64 = nb_tensor_params_default();
+    p64.dtype = NB_FLOAT64;
+    nb_tensor *h = NBT_CHECK(nb_tensor_from_data(v, sb, 2, &p64)), *hd = nbt_to_cuda(h);
+    free(v);
+    cmp_extremes(h, hd, NB_DIM_NONE, "nan full");
+    cmp_extremes(h, hd, 0, "nan over dim 0");
+    CMP(nb_sum(hd, NULL, 0, false), nb_sum(h, NULL, 0, false), 0, "nan sum");
+    CMP(nb_norm(hd, INFINITY, NULL, 0, false), nb_norm(h, INFINITY, NULL, 0, false), 0, "nan inf-norm");
+    CMP(nb_logsumexp(hd, d0, 1, false), nb_logsumexp(h, d0, 1, false), 1e-12, "nan logsumexp");
     nb_scope_end(s);
 }
 
@@ -237,7 +364,8 @@ static void test_autograd_mlp(void **state)
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_matmul),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_reductions), cmocka_unit_test(test_reductions_large),
+                                       cmocka_unit_test(test_matmul),
                                        cmocka_unit_test(test_lines_and_where), cmocka_unit_test(test_random),
                                        cmocka_unit_test(test_autograd_mlp)};
     return NBT_RUN(tests);

@@ -4,8 +4,9 @@
  * fused ReLU (flag) also the output (2), whose mask (y > 0) is applied to the gradient first; the
  * input gradient is one CONV2D_BACKWARD_INPUT, weight and bias gradients one
  * CONV2D_BACKWARD_WEIGHT. max_pool2d: saved indices (0). avg pools: no saved tensors (the input's
- * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2); one
- * BATCH_NORM_BACKWARD gives the input gradient and both parameter gradients. */
+ * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2:
+ * mean, var, and the weight or 1); one BATCH_NORM_BACKWARD on the stats gives the input gradient
+ * and both parameter gradients. */
 #include "autograd/autograd_impl.h"
 
 /* A new tensor shaped like input i of node (channels-last when cl), filled by kernel op from k
@@ -117,19 +118,17 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     bool cl = nb__keeps_channels_last(x);
     nb_tensor *gc = cl ? nb_contiguous_format(g, NB_CHANNELS_LAST) : nb_contiguous(g);
     if (!gc) return nb_last_status();
-    int64_t c = x->shape[1], row[2] = {1, c};
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;
     tp.device = x->storage->device;
-    nb_tensor *wrow = w ? nb_reshape(w, row, 2) : nb_ones(row, 2, &tp);
-    nb_tensor *aux = wrow ? nb_cat((nb_tensor *[]){stats, wrow}, 2, 0) : NULL;
-    nb_tensor *gwb = aux ? nb_empty((int64_t[]){2, c}, 2, &tp) : NULL;
+    nb_tensor *gwb = nb_empty((int64_t[]){2, x->shape[1]}, 2, &tp);
     nb_tensor *gx = gwb && nb__edge_needs_grad(node, 0)
                         ? nb__track(nb__tensor_new_format("batch_norm_backward", x->shape, x->ndim, x->dtype,
                                                           tp.device, cl))
                         : NULL;
     if (!gwb || (nb__edge_needs_grad(node, 0) && !gx)) return nb_last_status();
-    nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, aux}, .s0 = node->s0, .flag = node->flag};
+    /* stats' third row is the weight (or 1) the forward saw, w's version checked above */
+    nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, stats}, .s0 = node->s0, .flag = node->flag};
     NB_TRY(nb__dispatch(NB_OP_BATCH_NORM_BACKWARD, &k));
     grad_in[0] = gx;
     if (nb__edge_needs_grad(node, 1) && !(grad_in[1] = nb_select(gwb, 0, 0))) return nb_last_status();

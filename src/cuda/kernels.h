@@ -48,8 +48,14 @@ typedef struct nb_cuda_reduce_plan {
     int64_t nout, nred;
 } nb_cuda_reduce_plan;
 
-/* The reduce family (SUM..NORM): one output per block. */
-cudaError_t nb_cuda_launch_reduce(int op, const nb_cuda_reduce_plan *p, double s0, int64_t i0, bool flag,
+/* The bytes of device workspace nb_cuda_launch_reduce needs for this reduction on the current
+ * device (0: none): split reductions keep per-chunk partials (and VAR's means, LOGSUMEXP's
+ * shifts) there. */
+size_t nb_cuda_reduce_workspace(int op, const nb_cuda_reduce_plan *p);
+/* The reduce family (SUM..NORM) with the CPU kernel's semantics. ws: the workspace asked for by
+ * nb_cuda_reduce_workspace (valid until the launches on s have run); with ws NULL the launch
+ * takes the generic path (one block per output). */
+cudaError_t nb_cuda_launch_reduce(int op, const nb_cuda_reduce_plan *p, double s0, int64_t i0, bool flag, void *ws,
                                   cudaStream_t s);
 
 /* Lines along one dim for up to 3 operands (0 = out, then inputs): the other dims' shape and
@@ -120,12 +126,21 @@ typedef struct nb_cuda_pool {
  * indices (its backward), out2 = the indices (max forward); dtype 0 float32, 1 float64. */
 cudaError_t nb_cuda_launch_pool(int op, int dtype, const nb_cuda_pool *g, const void *in0, const void *in1, void *out,
                                 void *out2, cudaStream_t s);
-/* Batch norm over [n, c, sp]: forward a0..a2 = x, weight, bias (NULL: 1, 0), out = y, out2 = stats
- * [2, c] (written when training, read otherwise); backward a0 = g, a1 = x, a3 = aux [3, c] (mean,
- * var, weight), out = gx or NULL, out2 = [2, c] (grad weight, grad bias). */
+/* Batch norm over x [n, c, sp] (contiguous). Forward: a0..a2 = x, weight, bias (NULL: 1, 0), out
+ * = y, out2 = stats [3, c]: rows 0 and 1 (mean, biased var) computed from the batch when training,
+ * read otherwise; row 2 written with the weight (or 1). Backward: a0 = g, a1 = x, a2 = the
+ * forward's stats [3, c], out = gx or NULL, out2 = [2, c] (grad weight, grad bias). scratch:
+ * nb_cuda_batchnorm_scratch's bytes of device memory of the stream st (NULL when 0). dtype 0
+ * float32, 1 float64. Two launches (one in evaluation); the results do not depend on the GPU or
+ * the run. */
+size_t nb_cuda_batchnorm_scratch(bool backward, int64_t n, int64_t c, int64_t sp, bool training);
 cudaError_t nb_cuda_launch_batchnorm(bool backward, int dtype, int64_t n, int64_t c, int64_t sp, const void *a0,
-                                     const void *a1, const void *a2, const void *a3, void *out, void *out2, double eps,
+                                     const void *a1, const void *a2, void *out, void *out2, void *scratch, double eps,
                                      bool training, cudaStream_t st);
+/* The running statistics, in place (strides in elements): rm = (1 - momentum) rm + momentum mean,
+ * rv = (1 - momentum) rv + f var, from rows 0 and 1 of stats [>= 2, c], in double. */
+cudaError_t nb_cuda_launch_batchnorm_running(int dtype, int64_t c, const void *stats, void *rm, int64_t rm_stride,
+                                             void *rv, int64_t rv_stride, double momentum, double f, cudaStream_t st);
 
 /* SORT / TOPK over lines (data = out, input, indices; D = the input's length along dim): the
  * first m of each sorted line go to out and the int64 indices. With scratch NULL, writes the
@@ -150,6 +165,12 @@ cudaError_t nb_cuda_launch_act_backward(int op, const nb_cuda_desc *out, const n
 /* The unary family; q0, q1: CLAMP's bounds for integer dtypes, already in the type's range. */
 cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, double s0, double s1,
                                  int64_t q0, int64_t q1, int64_t i0, int64_t n, cudaStream_t s);
+
+/* Per-channel sums of an [n, c, s] contiguous float32/float64 tensor into out [c] (the conv bias
+ * gradient): part holds c * parts doubles, parts from nb_cuda_chansum_parts. */
+int nb_cuda_chansum_parts(int64_t n, int64_t c, int64_t s, int sm_count);
+cudaError_t nb_cuda_launch_chansum(bool f64, int64_t n, int64_t c, int64_t s, const void *x, void *out, double *part,
+                                   int parts, cudaStream_t st);
 
 #ifdef __cplusplus
 }

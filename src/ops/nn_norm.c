@@ -1,8 +1,10 @@
 /* batch_norm's entry point: one BATCH_NORM kernel call (statistics and normalisation), a node
- * saving x (0), weight (1) and the [2, C] statistics used (2; mean, biased var), eps in s0,
- * training in flag, whether there is a weight in i0. The running statistics are updated in place
- * with grad mode off. On the CPU a channels-last x goes to the kernel as it is and the output is
- * channels-last too; any other x is made contiguous. Rule in src/autograd/rules_nn.c. */
+ * saving x (0), weight (1) and the [3, C] statistics used (2; mean, biased var, and the weight or
+ * 1, which the kernel writes for the backward), eps in s0, training in flag, whether there is a
+ * weight in i0. In training the running statistics are then updated in place by a second
+ * BATCH_NORM call (i0 = 1: one small kernel for both), outside autograd. On the CPU a
+ * channels-last x goes to the kernel as it is and the output is channels-last too; any other x
+ * is made contiguous. Rule in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -50,20 +52,20 @@ static nb_status check_args(const nb_tensor *x, const nb_tensor *rm, const nb_te
     return NB_OK;
 }
 
-/* r = (1 - m) r + scale * m * stat, with grad mode off (stat: a row of the [2, C] stats). */
-static nb_status update_running(nb_tensor *r, const nb_tensor *stat, double m, double scale)
+/* rm = (1 - m) rm + m mean, rv = (1 - m) rv + m count / (count - 1) var (the unbiased variance,
+ * as PyTorch's), in one kernel call: not an autograd op, so the versions are bumped here. */
+static nb_status update_running(nb_tensor *rm, nb_tensor *rv, const nb_tensor *stats, double m, double count)
 {
-    bool prev = nb_set_grad_enabled(false);
-    nb_tensor *add = nb_mul_scalar(stat, m * scale);
-    nb_status st = add ? nb_mul_scalar_(r, 1 - m) : nb_last_status();
-    if (st == NB_OK) st = nb_add_(r, add);
-    nb_set_grad_enabled(prev);
-    return st;
+    nb_kargs k = {.out = rm, .out2 = rv, .in = {stats}, .s0 = m, .s1 = m * (count / (count - 1)), .i0 = 1};
+    NB_TRY(nb__dispatch(NB_OP_BATCH_NORM, &k));
+    nb__bump_version(rm);
+    nb__bump_version(rv);
+    return NB_OK;
 }
 
 /* Validated operands (x contiguous or, on the CPU, channels-last; the others contiguous): the
- * kernel and the node. stats [2, C] is filled (training) or holds the running stats (evaluation).
- * Caller-owned output, laid out as x. */
+ * kernel and the node. stats [3, C] is filled (rows 0 and 1 when training, else they hold the
+ * running stats; row 2 always). Caller-owned output, laid out as x. */
 static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, nb_tensor *stats, bool training,
                          double eps)
 {
@@ -98,20 +100,18 @@ nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor 
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;
     tp.device = x->storage->device;
-    nb_tensor *stats = nb_empty((int64_t[]){2, c}, 2, &tp);
-    nb_tensor *mean = stats ? nb_select(stats, 0, 0) : NULL, *var = mean ? nb_select(stats, 0, 1) : NULL;
-    bool ok = xc && (wc || !weight) && (bc || !bias) && var;
+    nb_tensor *stats = nb_empty((int64_t[]){3, c}, 2, &tp);
+    bool ok = xc && (wc || !weight) && (bc || !bias) && stats;
     if (ok && !training) {
+        nb_tensor *mean = nb_select(stats, 0, 0), *var = mean ? nb_select(stats, 0, 1) : NULL;
         nb_kargs k0 = {.out = mean, .in = {running_mean}}, k1 = {.out = var, .in = {running_var}};
-        ok = nb__dispatch(NB_OP_COPY, &k0) == NB_OK && nb__dispatch(NB_OP_COPY, &k1) == NB_OK;
+        ok = var && nb__dispatch(NB_OP_COPY, &k0) == NB_OK && nb__dispatch(NB_OP_COPY, &k1) == NB_OK;
     }
     nb_tensor *out = ok ? bn_run(xc, wc, bc, stats, training, eps) : NULL;
     if (out) y = nb__track(out);
     if (y && training && running_mean) {
         double count = (double)(nb__numel(x->shape, x->ndim) / c);
-        if (update_running(running_mean, mean, momentum, 1) != NB_OK ||
-            update_running(running_var, var, momentum, count / (count - 1)) != NB_OK)
-            y = NULL;
+        if (update_running(running_mean, running_var, stats, momentum, count) != NB_OK) y = NULL;
     }
     return nb_scope_end_keep(s, y);
 }

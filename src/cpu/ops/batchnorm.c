@@ -2,7 +2,8 @@
  * its backward, on contiguous x viewed as [N, C, S] (one channel per thread at a time; sums in
  * double over fixed lanes), or on a channels-last x viewed as a row-major [M = N*H*W, C] matrix
  * (rows split into blocks, each block's per-channel sums in double, the blocks added in order).
- * Both are vectorised and give results that do not depend on the thread count. */
+ * Both are vectorised and give results that do not depend on the thread count. BATCH_NORM with i0
+ * set is the running statistics' update (bn_running). */
 #include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -79,8 +80,8 @@ GRAD_SUMS(double)
 AFFINE(float)
 AFFINE(double)
 
-/* training: stats = (mean, biased var) of each channel, then y = (x - mean) / sqrt(var + eps) *
- * w + b; otherwise stats are read. */
+/* training: stats rows 0 and 1 = (mean, biased var) of each channel, then y = (x - mean) /
+ * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward. */
 #define BN_FWD(T)                                                                                  \
     static void bn_fwd_##T(int64_t n, int64_t c_count, int64_t s, const T *x, const T *w, const T *b, T *y, \
                            T *stats, double eps, bool training)                                    \
@@ -100,6 +101,7 @@ AFFINE(double)
                 stats[c_count + c] = (T)var;                                                       \
             }                                                                                      \
             double scale = (w ? w[c] : 1) / sqrt(var + eps), shift = (b ? b[c] : 0) - mean * scale; \
+            stats[2 * c_count + c] = w ? w[c] : 1;                                                 \
             for (int64_t i = 0; i < n; i++)                                                        \
                 affine_##T(x + (i * c_count + c) * s, s, (T)scale, (T)shift, y + (i * c_count + c) * s); \
         }                                                                                          \
@@ -309,6 +311,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 stats[c_count + j] = (T)var;                                                       \
             }                                                                                      \
             double a = (w ? w[j] : 1) / sqrt(var + eps);                                           \
+            stats[2 * c_count + j] = w ? w[j] : 1;                                                 \
             scale[j] = (T)a;                                                                       \
             shift[j] = (T)((b ? b[j] : 0) - mean * a);                                             \
         }                                                                                          \
@@ -381,6 +384,24 @@ BN_BWD_CL(double)
 
 static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
 
+/* BATCH_NORM with i0 set: the running statistics, in place (out = running mean, out2 = running
+ * var, any stride) from the stats in[0] (rows mean, biased var): r = (1 - s0) r + s0 mean and
+ * (1 - s0) r + s1 var, in double, as the CUDA kernel. */
+#define BN_RUNNING(T)                                                                              \
+    static void bn_running_##T(const nb_kargs *a)                                                  \
+    {                                                                                              \
+        const T *st = ptr(a->in[0]);                                                               \
+        T *rm = ptr(a->out), *rv = ptr(a->out2);                                                   \
+        int64_t c_count = a->in[0]->shape[1], sm = a->out->strides[0], sv = a->out2->strides[0];   \
+        for (int64_t c = 0; c < c_count; c++) {                                                    \
+            rm[c * sm] = (T)((1 - a->s0) * (double)rm[c * sm] + a->s0 * (double)st[c]);            \
+            rv[c * sv] = (T)((1 - a->s0) * (double)rv[c * sv] + a->s1 * (double)st[c_count + c]);  \
+        }                                                                                          \
+    }
+
+BN_RUNNING(float)
+BN_RUNNING(double)
+
 /* The channels-last path: x channels-last, and then every other [N, C, H, W] operand must be too
  * (nb_batch_norm and its rule allocate them so). */
 static nb_status bn_cl(nb_op op, const nb_kargs *a, const nb_tensor *x)
@@ -411,6 +432,11 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
                        nb_dtype_name(dt));
     if (op != NB_OP_BATCH_NORM && op != NB_OP_BATCH_NORM_BACKWARD)
         return nb__err(NB_ERR_INTERNAL, "batchnorm: op %s is not in this family", nb__op_name(op));
+    if (op == NB_OP_BATCH_NORM && a->i0) {
+        if (dt == NB_FLOAT32) bn_running_float(a);
+        else bn_running_double(a);
+        return NB_OK;
+    }
     if (nb__is_channels_last(x)) return bn_cl(op, a, x);
     int64_t n = x->shape[0], c = x->shape[1], s = nb__numel(x->shape + 2, x->ndim - 2);
     if (op == NB_OP_BATCH_NORM) {

@@ -1,5 +1,6 @@
 /* CUDA kernels' C side for the pool and batchnorm families: the CPU kernels' dtype checks and
- * parameter unpacking (ops.def), one launch of nn.cu on the current stream. */
+ * parameter unpacking (ops.def), the launches of nn.cu on the current stream (batch norm: with a
+ * scratch block from the caching allocator for its partial sums). */
 #include "core/tensor_impl.h"
 #include "cuda/cuda_impl.h"
 
@@ -32,19 +33,47 @@ nb_status nb_cuda_k_pool(nb_op op, const nb_kargs *a)
     return e == cudaSuccess ? NB_OK : nb__cuda_err(e, nb__op_name(op));
 }
 
+/* BATCH_NORM with i0 set: the running statistics' update (out = running mean, out2 = running var,
+ * in place; in[0] = the stats; s0 = momentum, s1 = the variance's factor). */
+static nb_status bn_running(const nb_kargs *a)
+{
+    const nb_tensor *rm = a->out, *rv = a->out2, *st = a->in[0];
+    NB_TRY(check(NB_OP_BATCH_NORM, st->dtype));
+    int dev = rm->storage->device.index;
+    int prev = nb__cuda_enter(dev);
+    cudaError_t e = nb_cuda_launch_batchnorm_running(st->dtype == NB_FLOAT64, st->shape[1], ptr(st), ptr(rm),
+                                                     rm->strides[0], ptr(rv), rv->strides[0], a->s0, a->s1,
+                                                     nb__cuda_stream(dev)->handle);
+    nb__cuda_leave(prev);
+    return e == cudaSuccess ? NB_OK : nb__cuda_err(e, "batch_norm (running statistics)");
+}
+
 nb_status nb_cuda_k_batchnorm(nb_op op, const nb_kargs *a)
 {
     bool back = op == NB_OP_BATCH_NORM_BACKWARD;
     if (!back && op != NB_OP_BATCH_NORM)
         return nb__err(NB_ERR_INTERNAL, "batchnorm: op %s is not in this family", nb__op_name(op));
+    if (!back && a->i0) return bn_running(a);
     const nb_tensor *x = back ? a->in[1] : a->in[0];
     NB_TRY(check(op, x->dtype));
+    const nb_tensor *dense[3] = {x, a->out, back ? a->in[0] : NULL};
+    for (int i = 0; i < 3; i++)
+        if (dense[i] && !nb__is_contiguous(dense[i]))
+            return nb__err(NB_ERR_INTERNAL, "%s: the CUDA kernel takes contiguous tensors", nb__op_name(op));
     int64_t n = x->shape[0], c = x->shape[1], s = nb__numel(x->shape + 2, x->ndim - 2);
     int dev = x->storage->device.index;
     int prev = nb__cuda_enter(dev);
-    cudaError_t e = nb_cuda_launch_batchnorm(back, x->dtype == NB_FLOAT64, n, c, s, ptr(a->in[0]), ptr(a->in[1]),
-                                             back ? NULL : ptr(a->in[2]), back ? ptr(a->in[2]) : NULL, ptr(a->out),
-                                             ptr(a->out2), a->s0, a->flag, nb__cuda_stream(dev)->handle);
+    size_t bytes = nb_cuda_batchnorm_scratch(back, n, c, s, a->flag);
+    void *scratch = bytes ? nb__cuda_alloc(dev, bytes) : NULL;
+    cudaError_t e = cudaSuccess;
+    if (scratch || !bytes) {
+        e = nb_cuda_launch_batchnorm(back, x->dtype == NB_FLOAT64, n, c, s, ptr(a->in[0]), ptr(a->in[1]),
+                                     ptr(a->in[2]), ptr(a->out), ptr(a->out2), scratch, a->s0, a->flag,
+                                     nb__cuda_stream(dev)->handle);
+        /* stream-ordered: the block is reused only by later work on this stream */
+        if (scratch) nb__cuda_free(dev, scratch, bytes);
+    }
     nb__cuda_leave(prev);
+    if (bytes && !scratch) return nb_last_status();
     return e == cudaSuccess ? NB_OK : nb__cuda_err(e, nb__op_name(op));
 }
