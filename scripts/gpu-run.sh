@@ -64,9 +64,13 @@ if want cputest; then
   grep -E 'tests passed|tests failed|\*\*\*Failed' "$L/ctest-cpu.txt" | head -10 | tee -a "$out/summary.txt"
 fi
 if want sanitize && command -v compute-sanitizer >/dev/null; then
-  for t in test_cuda_runtime test_cuda_elementwise test_cuda_index test_cuda_nn; do
-    stage "sanitizer-$t" 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "build-gpu/tests/$t"
-    grep -E 'ERROR SUMMARY' "$L/sanitizer-$t.txt" | tee -a "$out/summary.txt"
+  for t in test_cuda_runtime test_cuda_elementwise test_cuda_index test_cuda_nn test_cuda_reduce_gemm test_cuda_optim; do
+    stage "memcheck-$t" 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "build-gpu/tests/$t"
+    grep -E 'ERROR SUMMARY' "$L/memcheck-$t.txt" | tee -a "$out/summary.txt"
+  done
+  for t in test_cuda_nn test_cuda_reduce_gemm; do
+    stage "racecheck-$t" 150 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 "build-gpu/tests/$t"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/racecheck-$t.txt" | tee -a "$out/summary.txt"
   done
 fi
 data=.carry/fashion-mnist
