@@ -9,7 +9,8 @@
 # Stages (default: all but main): test (the CUDA tests), cputest (the other tests), sanitize
 # (compute-sanitizer memcheck on a subset), train (one epoch of the CNN on cuda), main (the main
 # job's 6 epochs on cuda), micro (bench/cuda_micro beside PyTorch), bench (DLBench on cuda beside
-# PyTorch), profile (per-op tables of both for $PROFILE_MODELS).
+# PyTorch), profile (per-op tables of both for $PROFILE_MODELS), compare (the side-by-side table:
+# DLBench, cnn and resnet20, alternating, $ROUNDS rounds; then a host-time profile).
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out/logs"
@@ -29,7 +30,7 @@ stage() {
   pack
   return $rc
 }
-want() { [ -z "$stages" ] && [ "$1" != main ] && [ "$1" != profile ] || [[ " $stages " == *" $1 "* ]]; }
+want() { [ -z "$stages" ] && [ "$1" != main ] && [ "$1" != profile ] && [ "$1" != compare ] || [[ " $stages " == *" $1 "* ]]; }
 stages="$*"
 
 [ -f .carry/unpack-debs.sh ] && [ -z "${CMAKE_PREFIX_PATH:-}" ] && source .carry/unpack-debs.sh
@@ -93,6 +94,19 @@ if want bench; then
   stage bench-nabla "${BENCH_SECS:-150}" build-gpu/tools/nabla bench --device cuda --iters "$iters" --warmup 3 --format json
   stage bench-torch "${BENCH_SECS:-150}" python3 bench/dlbench/torch_bench.py --device cuda --iters "$iters" --warmup 3 --format json
   cp "$L/bench-nabla.txt" "$out/nabla-gpu.jsonl"; cp "$L/bench-torch.txt" "$out/torch-gpu.jsonl"
+fi
+if want compare; then
+  # DLBench and issue 3's two networks, nabla and PyTorch alternating, ${ROUNDS:-2} rounds: one
+  # JSON object per network and round in nabla-gpu.jsonl / torch-gpu.jsonl
+  for r in $(seq "${ROUNDS:-2}"); do
+    for set in fcn-s,alexnet-s,resnet-50,fcn-r,alexnet-r,resnet-56,lstm cnn,resnet20; do
+      stage "cmp-nabla-$r-${set%%,*}" 150 build-gpu/tools/nabla bench --device cuda --model "$set" --iters 20 --warmup 5 --format json
+      grep -h '^{' "$L/cmp-nabla-$r-${set%%,*}.txt" >> "$out/nabla-gpu.jsonl"
+      stage "cmp-torch-$r-${set%%,*}" 150 python3 bench/dlbench/torch_bench.py --device cuda --model "$set" --iters 20 --warmup 5 --format json
+      grep -h '^{' "$L/cmp-torch-$r-${set%%,*}.txt" >> "$out/torch-gpu.jsonl"
+    done
+  done
+  stage host-profile 100 build-gpu/tools/nabla bench --device cuda --model resnet-50,alexnet-s,fcn-r,lstm --iters 5 --warmup 3 --profile host
 fi
 if want profile; then
   pm=${PROFILE_MODELS:-resnet-50,alexnet-r,resnet-56,lstm}
