@@ -116,8 +116,8 @@ static void cmp_extremes(nb_tensor *x, nb_tensor *xd, int64_t dim, const char *w
 }
 
 /* The split and column paths of reduce.cu: few outputs over many elements (full reductions, 3
- * rows of 400000), reductions over leading dims ([5000, 777] over dim 0, [400000, 3]), transposed
- * and misaligned inputs, int64 sums and extremes with many ties, NaN at two positions. */
+ * rows of 400000), many long rows ([300, 2500] over dim 1, aligned or not), reductions over
+ * leading dims ([5000, 777] over dim 0, [400000, 3]), transposed and misaligned inputs, int64 sums and extremes with many ties, NaN at two positions. */
 static void test_reductions_large(void **state)
 {
     (void)state;
@@ -161,6 +161,16 @@ static void test_reductions_large(void **state)
         cmp_extremes(r, rd, 1, w);
         snprintf(w, sizeof w, "%s [3, 400000] transposed over dim 0", nb_dtype_name(fts[t]));
         cmp_float_ops(NBT_CHECK(nb_transpose(r, 0, 1)), NBT_CHECK(nb_transpose(rd, 0, 1)), d0, 1, rtol, w);
+        /* many long contiguous rows (a block per row): aligned, and one element off in every row */
+        int64_t sl[2] = {300, 2501};
+        nb_tensor *l = randn(sl, 2, fts[t]), *ld = nbt_to_cuda(l);
+        for (int off = 0; off < 2; off++) {
+            nb_tensor *lv = NBT_CHECK(nb_slice(l, 1, off, 2500 + off, 1));
+            nb_tensor *ldv = NBT_CHECK(nb_slice(ld, 1, off, 2500 + off, 1));
+            snprintf(w, sizeof w, "%s [300, 2500] over dim 1, offset %d", nb_dtype_name(fts[t]), off);
+            cmp_float_ops(lv, ldv, d1, 1, rtol, w);
+            cmp_extremes(lv, ldv, 1, w);
+        }
         nb_tensor *k3 = randn(sk, 2, fts[t]), *k3d = nbt_to_cuda(k3);
         snprintf(w, sizeof w, "%s [400000, 3] over dim 0", nb_dtype_name(fts[t]));
         cmp_float_ops(k3, k3d, d0, 1, rtol, w);
@@ -180,6 +190,10 @@ static void test_reductions_large(void **state)
     cmp_extremes(it, itd, 0, "int64 ties over dim 0");
     cmp_extremes(it, itd, 1, "int64 ties over dim 1");
     cmp_extremes(it, itd, NB_DIM_NONE, "int64 ties full");
+    int64_t sw[2] = {300, 2600};
+    nb_tensor *iw = NBT_CHECK(nb_randint(-3, 3, sw, 2, &pi)), *iwd = nbt_to_cuda(iw);
+    CMP(nb_sum(iwd, d1, 1, false), nb_sum(iw, d1, 1, false), 0, "int64 [300, 2600] sum over dim 1");
+    cmp_extremes(iw, iwd, 1, "int64 ties over long rows");
     int64_t n1[1] = {5000 * 777};
     cmp_extremes(NBT_CHECK(nb_reshape(it, n1, 1)), NBT_CHECK(nb_reshape(itd, n1, 1)), 0, "int64 ties 1-D");
     /* NaN wins, at its first position, whichever chunk holds it */
@@ -280,6 +294,27 @@ static void test_lines_and_where(void **state)
             nbt_assert_close_host(nb_tensor_grad(xd), nb_tensor_grad(xh), rtol, "log_softmax backward");
             nb_tensor_free(xd);
             nbt_assert_close_host(NBT_CHECK(nb_cumsum(nbt_to_cuda(x), dim)), NBT_CHECK(nb_cumsum(x, dim)), rtol, "cumsum");
+        }
+        /* contiguous lines (the shuffle-reduction variant): staged in shared memory (777) or
+         * not (20000 float64 / float32 are over 48 KiB), both backward forms, a line with a NaN */
+        const int64_t lines[2][2] = {{6, 777}, {3, 20000}};
+        for (int k = 0; k < 2; k++) {
+            nb_tensor *lx = randn(lines[k], 2, t), *lg = randn(lines[k], 2, t);
+            double nan = NAN;
+            nb_tensor *cell = NBT_CHECK(nb_narrow(NBT_CHECK(nb_narrow(lx, 0, 1, 1)), 1, 5, 1));
+            NBT_OK(nb_fill_(cell, nan));
+            for (int lf = 0; lf < 2; lf++) {
+                nb_tensor *xh = nbt_leaf(lx), *xd = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(lx)));
+                NBT_OK(nb_tensor_set_requires_grad(xd, true));
+                nb_tensor *yh = NBT_CHECK(lf ? nb_log_softmax(xh, 1) : nb_softmax(xh, 1));
+                nb_tensor *yd = NBT_CHECK(lf ? nb_log_softmax(xd, 1) : nb_softmax(xd, 1));
+                nbt_assert_close_host(yd, yh, rtol, lf ? "log_softmax, contiguous lines" : "softmax, contiguous lines");
+                NBT_OK(nb_backward(yh, lg, 0));
+                NBT_OK(nb_backward(yd, nbt_to_cuda(lg), 0));
+                nbt_assert_close_host(nb_tensor_grad(xd), nb_tensor_grad(xh), rtol * 10,
+                                      lf ? "log_softmax backward, contiguous lines" : "softmax backward, contiguous lines");
+                nb_tensor_free(xd);
+            }
         }
         nb_tensor *c = NBT_CHECK(nb_gt_scalar(x, 0.3));
         nbt_assert_close_host(NBT_CHECK(nb_where(nbt_to_cuda(c), nbt_to_cuda(x), nbt_to_cuda(g))), NBT_CHECK(nb_where(c, x, g)), 0, "where");

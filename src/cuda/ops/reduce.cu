@@ -8,6 +8,7 @@
 //            whatever the other two do not take);
 //   row:     few outputs (< 2 per multiprocessor) over many positions (> 16K): each output's
 //            positions cut into chunks, a block per chunk, partials combined by a second kernel;
+//            also many outputs over contiguous runs of >= 2048 positions, a block per output;
 //   col:     the innermost kept dim contiguous in the input (sums over leading dims): a warp
 //            covers 32 adjacent outputs so that its loads coalesce, chunked like row when the
 //            outputs are too few.
@@ -288,7 +289,7 @@ __global__ void reduce_kernel(int op, const T *in, nb_cuda_reduce_plan p, double
 
 enum { K_SUMD, K_SUMI, K_EXT };                                                  // partial kinds
 enum { F_ID, F_ABS0, F_ABS1, F_ABS2, F_ABSP, F_SQDEV, F_EXP, F_NZ, F_Z, F_ABS }; // per element
-constexpr int CX = 32, CY = 8, UNROLL = 4;
+constexpr int CX = 32, CY = 8, UNROLL = 4, COL_UNROLL = 8;
 
 struct Pass {
     int kind, fn, sign; // sign: 1 max, -1 min (K_EXT)
@@ -454,12 +455,12 @@ __global__ void __launch_bounds__(CX *CY)
         const T *b = in + offset(q, p.nk - 1, p.ksize, p.kin) + j;
         const double sh = ps.shift ? ps.shift[o] : 0;
         int64_t r = r0 + threadIdx.y;
-        for (; r + (UNROLL - 1) * CY < r1; r += UNROLL * CY) {
-            T t[UNROLL];
+        for (; r + (COL_UNROLL - 1) * CY < r1; r += COL_UNROLL * CY) {
+            T t[COL_UNROLL];
 #pragma unroll
-            for (int m = 0; m < UNROLL; m++) t[m] = b[roff(r + m * CY, p)];
+            for (int m = 0; m < COL_UNROLL; m++) t[m] = b[roff(r + m * CY, p)];
 #pragma unroll
-            for (int m = 0; m < UNROLL; m++) visit<KIND>(a, ps, t[m], r + m * CY, sh);
+            for (int m = 0; m < COL_UNROLL; m++) visit<KIND>(a, ps, t[m], r + m * CY, sh);
         }
         for (; r < r1; r += CY) visit<KIND>(a, ps, b[roff(r, p)], r, sh);
     }
@@ -530,8 +531,9 @@ int sm_count()
 // The path for a reduction on the current device. Blocks aimed at: 8 per multiprocessor. col:
 // the innermost kept dim (K outputs) is contiguous, unless K < 16 and row applies; split when its
 // tiles are fewer than that, each chunk at least 256 rows. row: fewer outputs than 2 per
-// multiprocessor over more than 16K positions, each chunk at least 4096. Chunks are multiples of
-// 64 positions; none is empty.
+// multiprocessor over more than 16K positions, each chunk at least 4096; or any number of outputs
+// whose positions are one contiguous run of at least 2048 (one block each, for the vector loads).
+// Chunks are multiples of 64 positions; none is empty.
 Cfg choose(int op, const nb_cuda_reduce_plan *p)
 {
     Cfg c = {PATH_GENERIC, 1, 0, 0, 0};
@@ -549,6 +551,9 @@ Cfg choose(int op, const nb_cuda_reduce_plan *p)
     } else if (few) {
         P = (target + p->nout - 1) / p->nout;
         if (P > n / 4096) P = n / 4096;
+        c.path = PATH_ROW;
+    } else if (p->nr == 1 && p->rin[0] == 1 && n >= 2048) {
+        P = 1; // many long contiguous rows (a sum over the last dim): a block per row, vector loads
         c.path = PATH_ROW;
     } else {
         return c;
