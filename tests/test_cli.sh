@@ -44,6 +44,7 @@ expect 2 'unknown optimizer' "$nabla" train --model mlp --optimizer lbfgs
 expect 2 'unknown schedule "step"' "$nabla" train --model mlp --schedule step
 expect 2 'unknown data set' "$nabla" train --model mlp --data imagenet
 expect 2 'unknown device' "$nabla" train --model mlp --device tpu
+expect 2 'train: unknown --conv-algo "fft"' "$nabla" train --model mlp --conv-algo fft
 expect 2 'load is required' "$nabla" eval --model mlp
 expect 1 'missing.safetensors' "$nabla" eval --model mlp --load missing.safetensors
 expect 1 'no-such-dir' "$nabla" train --model mlp --data-dir "$work/no-such-dir"
@@ -71,6 +72,17 @@ then pass "metrics line: $(cat m.jsonl)"; else fail "metrics: $(cat m.jsonl)"; f
 # 2048 samples, one epoch of mlp with Adam reach ~0.72 test accuracy (chance: 0.1)
 acc=$(sed -E 's/.*"test_accuracy": ([0-9.e+-]+).*/\1/' m.jsonl)
 if awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }'; then pass "accuracy $acc > 0.6"; else fail "accuracy $acc <= 0.6"; fi
+# ---- --conv-algo reaches the CPU convolutions (the header names the one in force) ----
+for a in direct winograd; do
+    if "$nabla" train --model cnn --data fashion-mnist --data-dir "$data" --epochs 1 --limit 256 --batch-size 64 \
+           --device cpu --conv-algo "$a" > ca.txt 2> ca.err && grep -q "cpu convolutions $a\$" ca.txt &&
+       grep -q '^epoch 1/1' ca.txt; then
+        pass "train --conv-algo $a: $(head -1 ca.txt)"
+    else
+        fail "train --conv-algo $a: $(cat ca.txt ca.err | head -c 600)"
+    fi
+done
+
 train_line=$(grep -o 'test loss [0-9.]* accuracy [0-9.]*' train.txt)
 eval_line=$("$nabla" eval --model mlp --data fashion-mnist --data-dir "$data" --load ck.safetensors 2>&1)
 if [[ -n "$train_line" && "$eval_line" == "$train_line" ]]; then pass "eval: $eval_line"

@@ -21,7 +21,7 @@ typedef struct cli_opts {
     const char *format;      /* bench: table | csv | json */
     const char *profile;     /* bench: NULL, "host" or "sync" (per-op table on stderr) */
     const char *memory_format; /* bench: "contiguous" (default) or "channels_last" */
-    const char *conv_algo;     /* bench: "auto", "direct" or "winograd" (NULL: nb_get_conv_algo's) */
+    const char *conv_algo;     /* bench, train: "auto", "direct" or "winograd" (NULL: nb_get_conv_algo's) */
     const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */
     int64_t epochs, batch_size, limit, threads;
     int64_t stop_after; /* train: end this run after that many epochs (0: run to --epochs) */ /* threads: 0 unless one number was given */
@@ -42,6 +42,8 @@ int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 int cli_fail_nb(int code, const char *what);
 /* CLI_OK when name is in the model zoo, else a one-line error and CLI_USAGE. */
 int cli_check_model(const char *name);
+/* --conv-algo NAME (NULL: unchanged) through nb_set_conv_algo; a usage error for an unknown name. */
+int cli_set_conv_algo(const char *cmd, const char *name);
 
 /* The train or test split of the --data set; limit > 0 keeps the first limit samples. */
 nb_dataset *cli_dataset(const cli_opts *o, bool train, int64_t limit);

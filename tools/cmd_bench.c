@@ -165,11 +165,8 @@ static int setup(bench *b)
     if (mf && strcmp(mf, "contiguous") && strcmp(mf, "channels_last"))
         return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
     b->channels_last = mf && !strcmp(mf, "channels_last");
-    const char *ca = b->o.conv_algo;
-    nb_conv_algo algo;
-    if (ca && nb_conv_algo_parse(ca, &algo) != NB_OK)
-        return cli_fail(CLI_USAGE, "bench: unknown --conv-algo \"%s\" (expected auto, direct or winograd)", ca);
-    if (ca && nb_set_conv_algo(algo) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "bench");
+    int crc = cli_set_conv_algo("bench", b->o.conv_algo);
+    if (crc != CLI_OK) return crc;
     int rc = parse_models(b);
     if (rc == CLI_OK) rc = parse_threads(b);
     if (rc != CLI_OK) return rc;

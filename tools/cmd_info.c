@@ -34,6 +34,12 @@ int cmd_info(int argc, char **argv)
         int rt = nb_cuda_runtime_version(), drv = nb_cuda_driver_version();
         printf("  cuda:     runtime %d.%d, driver %d.%d%s\n", rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
                drv ? "" : " (no driver)");
+        int dnn = nb_cuda_cudnn_version();
+        if (dnn >= 90000) printf("  cudnn:    %d.%d.%d\n", dnn / 10000, dnn % 10000 / 100, dnn % 100);
+        else if (dnn) printf("  cudnn:    %d.%d.%d\n", dnn / 1000, dnn % 1000 / 100, dnn % 100);
+        else printf("  cudnn:    not built (convolutions have no CUDA kernel)\n");
+        printf("  tf32:     matrix products %s, convolutions %s\n", nb_cuda_get_allow_tf32() ? "on" : "off",
+               nb_cuda_get_allow_tf32_conv() ? "on" : "off");
     } else {
         printf("  cuda:     not built\n");
     }

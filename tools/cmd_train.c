@@ -94,6 +94,7 @@ static int setup(trainer *t)
     if (rc != CLI_OK) return rc;
     if (nb_device_parse(t->o.device, &t->dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
     if (t->o.threads > 0 && nb_set_num_threads((int)t->o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
+    if ((rc = cli_set_conv_algo("train", t->o.conv_algo)) != CLI_OK) return rc;
     if (t->o.resume && (rc = read_resume(t)) != CLI_OK) return rc;
     if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
         return cli_fail(CLI_RUNTIME, "train: cannot open %s for writing", t->o.metrics);
@@ -245,7 +246,7 @@ int cmd_train(int argc, char **argv)
     trainer t = {0};
     int rc = cli_parse(argc, argv, 2, "train",
                        "--model --data --data-dir --epochs --batch-size --lr --optimizer --device --threads "
-                       "--seed --save --resume --metrics --limit --schedule --stop-after",
+                       "--seed --save --resume --metrics --limit --schedule --stop-after --conv-algo",
                        &t.o);
     if (rc != CLI_OK) return rc;
     if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
@@ -254,9 +255,11 @@ int cmd_train(int argc, char **argv)
     if (rc == CLI_OK) {
         char dev[32];
         nb_device_str(t.dev, dev, sizeof dev);
-        printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads\n", t.o.model,
+        printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads%s%s\n", t.o.model,
                (long long)nb_module_num_parameters(t.m), t.o.data, (long long)nb_dataset_size(t.train),
-               t.o.optimizer, t.sched ? " with cosine schedule" : "", dev, nb_get_num_threads());
+               t.o.optimizer, t.sched ? " with cosine schedule" : "", dev, nb_get_num_threads(),
+               t.dev.type == NB_DEVICE_CPU ? ", cpu convolutions " : "",
+               t.dev.type == NB_DEVICE_CPU ? nb_conv_algo_name(nb_get_conv_algo()) : "");
         if (t.start_epoch > 0) printf("resuming from %s after epoch %lld\n", t.o.resume, (long long)t.start_epoch);
         rc = run_epochs(&t);
     }

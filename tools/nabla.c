@@ -15,9 +15,9 @@ static const char *const usage_text =
     "  train --model NAME --data fashion-mnist [--data-dir DIR] [--epochs N] [--batch-size N]\n"
     "        [--lr X] [--optimizer sgd|adam|adamw] [--device auto|cpu|cuda[:N]] [--threads N]\n"
     "        [--seed N] [--save FILE] [--resume FILE] [--metrics FILE.jsonl] [--limit N]\n"
-    "        [--schedule none|cosine] [--stop-after N]\n"
+    "        [--schedule none|cosine] [--stop-after N] [--conv-algo auto|direct|winograd]\n"
     "        (cosine: the rate anneals to 0 over all --epochs; --stop-after N ends this run after N\n"
-    "        epochs, e.g. to resume it later)\n"
+    "        epochs, e.g. to resume it later; --conv-algo as for bench)\n"
     "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
     "        [--threads N]\n"
     "  info  the version, backends, devices and thread count\n"
@@ -166,6 +166,16 @@ int cli_parse(int argc, char **argv, int first, const char *cmd, const char *all
             return cli_fail(CLI_USAGE, "%s: unknown --data \"%s\" (expected synthetic or real)", cmd, o->data);
     } else if (strcmp(o->data, "fashion-mnist") && strcmp(o->data, "mnist"))
         return cli_fail(CLI_USAGE, "%s: unknown data set \"%s\" (expected fashion-mnist or mnist)", cmd, o->data);
+    return CLI_OK;
+}
+
+int cli_set_conv_algo(const char *cmd, const char *name)
+{
+    nb_conv_algo algo;
+    if (!name) return CLI_OK;
+    if (nb_conv_algo_parse(name, &algo) != NB_OK)
+        return cli_fail(CLI_USAGE, "%s: unknown --conv-algo \"%s\" (expected auto, direct or winograd)", cmd, name);
+    if (nb_set_conv_algo(algo) != NB_OK) return cli_fail_nb(CLI_RUNTIME, cmd);
     return CLI_OK;
 }
 

@@ -34,6 +34,9 @@ NB_API nb_status nb_cuda_get_device_properties(int index, nb_cuda_device_props *
 /* The CUDA runtime's and driver's versions (e.g. 13000 for 13.0); 0 when not available. */
 NB_API int nb_cuda_runtime_version(void);
 NB_API int nb_cuda_driver_version(void);
+/* cuDNN's version as cudnnGetVersion gives it (e.g. 91000 for 9.10.0); 0 when nabla was built
+ * without cuDNN (or without CUDA). */
+NB_API int nb_cuda_cudnn_version(void);
 
 /* The calling thread's current device (0 at first), and changing it. */
 NB_API int nb_cuda_current_device(void);

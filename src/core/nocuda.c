@@ -18,6 +18,7 @@ bool nb_cuda_get_allow_tf32(void) { return false; }
 void nb_cuda_set_allow_tf32_conv(bool allow) { (void)allow; /* no GPU convolution to configure */ }
 bool nb_cuda_get_allow_tf32_conv(void) { return false; }
 int nb_cuda_driver_version(void) { return 0; }
+int nb_cuda_cudnn_version(void) { return 0; }
 int nb_cuda_current_device(void) { return 0; }
 nb_status nb_cuda_set_device(int index) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_set_device")); }
 

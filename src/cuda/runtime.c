@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "cuda/cuda_impl.h"
+#ifdef NB_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 nb_status nb__cuda_err(cudaError_t e, const char *what)
 {
@@ -47,6 +50,15 @@ int nb_cuda_runtime_version(void)
 {
     int v = 0;
     return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+int nb_cuda_cudnn_version(void)
+{
+#ifdef NB_HAVE_CUDNN
+    return (int)cudnnGetVersion();
+#else
+    return 0;
+#endif
 }
 
 int nb_cuda_driver_version(void)

@@ -9,7 +9,6 @@
  * torch.backends.cudnn.allow_tf32 is on while its matmul switch is off. */
 #include <cudnn.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +17,7 @@
 #include "cuda/cuda_impl.h"
 
 static cudnnHandle_t g_handle[NB_CUDA_MAX_DEVICES];
-static _Atomic bool g_tf32 = true;
 
-void nb_cuda_set_allow_tf32_conv(bool allow) { atomic_store(&g_tf32, allow); }
-bool nb_cuda_get_allow_tf32_conv(void) { return atomic_load(&g_tf32); }
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static nb_status dnn_err(cudnnStatus_t s, const char *what)

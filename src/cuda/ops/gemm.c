@@ -19,6 +19,13 @@ static atomic_bool g_tf32;
 void nb_cuda_set_allow_tf32(bool allow) { atomic_store(&g_tf32, allow); }
 bool nb_cuda_get_allow_tf32(void) { return atomic_load(&g_tf32); }
 
+/* The convolutions' switch (conv.c reads it) lives here, beside the matmul one, so that it exists
+ * in a build without cuDNN too. */
+static atomic_bool g_tf32_conv = true;
+
+void nb_cuda_set_allow_tf32_conv(bool allow) { atomic_store(&g_tf32_conv, allow); }
+bool nb_cuda_get_allow_tf32_conv(void) { return atomic_load(&g_tf32_conv); }
+
 static nb_status blas_err(cublasStatus_t s, const char *what)
 {
     return nb__err(s == CUBLAS_STATUS_ALLOC_FAILED ? NB_ERR_OOM : NB_ERR_DEVICE, "%s: cuBLAS: %s (%s)", what,
