@@ -4,10 +4,12 @@
 # leaves the logs under $OUT (summary.txt, and logs.tar.gz with everything).
 # Run from the repository root on the GPU machine, after packing the Debian dependencies here once
 # (../shared/gpu/pack-debs.sh; copy /usr/share/datasets/fashion-mnist to .carry/fashion-mnist for
-# the train stage) and naming .carry in the run's `carry`:
+# the train and main stages) and naming .carry in the run's `carry`:
 #   run: bash scripts/gpu-run.sh [stage ...]
-# Stages (default: all but main): test (the CUDA tests), cputest (the other tests), sanitize
-# (compute-sanitizer memcheck on a subset), train (one epoch of the CNN on cuda), main (the main
+# (While helpers edit the tree, commit first and carry `git archive HEAD src tests` to build that.)
+# Stages (default: all but main, profile and compare): test (the CUDA tests), cputest (the other
+# tests), sanitize (compute-sanitizer memcheck on six CUDA tests, racecheck on two: about 3
+# minutes), train (one epoch of the CNN on cuda), main (the main
 # job's 6 epochs on cuda), micro (bench/cuda_micro beside PyTorch), bench (DLBench on cuda beside
 # PyTorch), profile (per-op tables of both for $PROFILE_MODELS), compare (the side-by-side table:
 # DLBench, cnn and resnet20, alternating, $ROUNDS rounds; then a host-time profile).
