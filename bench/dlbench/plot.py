@@ -2,13 +2,14 @@
 nabla beside PyTorch, from the results compare.sh writes.
 
 usage: .venv-bench/bin/python bench/dlbench/plot.py RESULTS_DIR [RESULTS_DIR...] [-o chart.png]
-           [--log] [--title TEXT]
+           [--log] [--title TEXT] [--models a,b,...]
 
 Reads nabla.jsonl and torch.jsonl in each directory (a later directory adds rows, e.g. a GPU run
 beside a CPU one); per (network, device, threads) each side's lowest median is drawn, with its
 min-max spread as an error bar and the ratio PyTorch/nabla (> 1: nabla faster) above each pair.
 One panel per network (the scales differ by 100x), each on a linear scale; --log draws all
-networks in one panel on a log scale instead.
+networks in one panel on a log scale instead (the one to use when a GPU column sits beside CPU
+ones: their times differ by 100x). --models draws only those networks.
 """
 import argparse
 import json
@@ -80,8 +81,12 @@ def main():
     ap.add_argument("-o", "--output", default=None, help="the PNG (default RESULTS_DIR/dlbench.png)")
     ap.add_argument("--log", action="store_true")
     ap.add_argument("--title", default=None)
+    ap.add_argument("--models", default=None, help="only these networks (default: all in the results)")
     args = ap.parse_args()
     best = load(args.results)
+    if args.models:
+        keep = set(args.models.split(","))
+        best = {k: v for k, v in best.items() if k[1][0] in keep}
     if not best:
         print(f"plot: no timings in {', '.join(args.results)}", file=sys.stderr)
         return 1
