@@ -166,6 +166,9 @@ cudaError_t nb_cuda_launch_act_backward(int op, const nb_cuda_desc *out, const n
 cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, const nb_cuda_desc *x, double s0, double s1,
                                  int64_t q0, int64_t q1, int64_t i0, int64_t n, cudaStream_t s);
 
+/* Device dev's multiprocessor count (read once, then cached); 0 when it cannot be read. */
+int nb_cuda_sm_count(int dev);
+
 /* Per-channel sums of an [n, c, s] contiguous float32/float64 tensor into out [c] (the conv bias
  * gradient): part holds c * parts doubles, parts from nb_cuda_chansum_parts. */
 int nb_cuda_chansum_parts(int64_t n, int64_t c, int64_t s, int sm_count);

@@ -1,5 +1,6 @@
 /* The CUDA device's runtime: device count and properties, the current device, streams, events. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,20 @@ int nb_cuda_runtime_version(void)
 {
     int v = 0;
     return cudaRuntimeGetVersion(&v) == cudaSuccess ? v : 0;
+}
+
+int nb_cuda_sm_count(int dev)
+{
+    static atomic_int cache[NB_CUDA_MAX_DEVICES];
+    if (dev < 0 || dev >= NB_CUDA_MAX_DEVICES) return 0;
+    int n = atomic_load(&cache[dev]);
+    if (n > 0) return n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    atomic_store(&cache[dev], n);
+    return n;
 }
 
 int nb_cuda_cudnn_version(void)

@@ -313,10 +313,9 @@ done:
  * (chansum.cu), 3x cudnnConvolutionBackwardBias's speed on AlexNet-R's first layer. */
 static nb_status bias_grad(int dev, const nb_tensor *g, nb_tensor *gb)
 {
-    static int sms[NB_CUDA_MAX_DEVICES];
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms[dev] = 1;
+    int sms = nb_cuda_sm_count(dev);
     int64_t n = g->shape[0], c = g->shape[1], hw = g->shape[2] * g->shape[3];
-    int parts = nb_cuda_chansum_parts(n, c, hw, sms[dev]);
+    int parts = nb_cuda_chansum_parts(n, c, hw, sms > 0 ? sms : 1);
     size_t bytes = (size_t)(c * parts) * sizeof(double);
     double *part = nb__cuda_alloc(dev, bytes);
     if (!part) return nb_last_status();

@@ -520,12 +520,12 @@ bool two_pass(int op) { return op == NB_CUDA_OP_VAR || op == NB_CUDA_OP_LOGSUMEX
 
 int sm_count()
 {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
-    return n;
+    return nb_cuda_sm_count(dev);
 }
 
 // The path for a reduction on the current device. Blocks aimed at: 8 per multiprocessor. col:
