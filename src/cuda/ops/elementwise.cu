@@ -418,12 +418,12 @@ __global__ void act_backward_vec(int op, T *out, VOp g, VOp x, double s0, double
     if (i < n) out[i] = store_as<T>(act_backward<C>(op, eload<T>(g, i), eload<T>(x, i), (C)s0, (C)s1, i0));
 }
 
-// d as a vector operand (a NULL d: no operand, fine), or false when it needs the general path.
-bool vop(const nb_cuda_desc *d, size_t elsize, VOp *o)
+// d as a vector operand (a NULL d: no operand, fine), or false when it needs the general path; g
+// is operand(d), which the launcher has already made.
+bool vop(const nb_cuda_desc *d, const Operand &g, size_t elsize, VOp *o)
 {
     o->data = d ? d->data : nullptr, o->mode = V_ONE, o->len = 0;
     if (!d) return true;
-    Operand g = operand(d);
     const int V = (int)(16 / elsize);
     bool aligned = ((uintptr_t)d->data & 15) == 0;
     if (g.mode == MODE_ONE) return true;
@@ -455,8 +455,8 @@ cudaError_t launch_binary_t(int op, const nb_cuda_desc *out, const nb_cuda_desc 
     Operand o = operand(out), a = operand(x), b = operand(y);
     VOp vx, vy;
     bool cmp_op = op >= NB_CUDA_OP_EQ && op <= NB_CUDA_OP_GE;
-    if (!cmp_op && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, sizeof(T), &vx) &&
-        vop(y, sizeof(T), &vy)) {
+    if (!cmp_op && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, a, sizeof(T), &vx) &&
+        vop(y, b, sizeof(T), &vy)) {
         int64_t nvec = n / (int64_t)(16 / sizeof(T));
         binary_vec<T><<<vgrid(nvec), 256, 0, st>>>(op, (T *)out->data, vx, vy, scalar_as<T>(s), nvec, n);
         return cudaGetLastError();
@@ -507,7 +507,7 @@ extern "C" cudaError_t nb_cuda_launch_act_backward(int op, const nb_cuda_desc *o
     Operand o = operand(out), a = operand(g), b = operand(x);
     VOp vg, vx;
     size_t el = out->dtype == F64 ? 8 : out->dtype == F32 ? 4 : 2;
-    if (o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(g, el, &vg) && vop(x, el, &vx) && vx.data &&
+    if (o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(g, a, el, &vg) && vop(x, b, el, &vx) && vx.data &&
         vg.data) {
         int64_t nvec = n / (int64_t)(16 / el);
 #define CALL(T)                                                                                    \
@@ -533,7 +533,7 @@ extern "C" cudaError_t nb_cuda_launch_unary(int op, const nb_cuda_desc *out, con
     VOp vx;
     size_t el = x->dtype == F64 || x->dtype == I64 ? 8 : x->dtype == F32 || x->dtype == I32 ? 4
               : x->dtype == F16 || x->dtype == BF16 ? 2 : 1;
-    if (out->dtype == x->dtype && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, el, &vx) && vx.data) {
+    if (out->dtype == x->dtype && o.mode == MODE_CONTIG && ((uintptr_t)out->data & 15) == 0 && vop(x, a, el, &vx) && vx.data) {
         int64_t nvec = n / (int64_t)(16 / el);
 #define CALL(T)                                                                                    \
     (unary_vec<T><<<vgrid(nvec), 256, 0, st>>>(op, (T *)out->data, vx, s0, s1, q0, q1, i0, nvec, n), cudaGetLastError())
