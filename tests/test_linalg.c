@@ -173,11 +173,13 @@ static nb_tensor *rand_tensor(const int64_t *shape, int nd, nb_dtype dt)
     return NBT_CHECK(nb_to_dtype(t, dt));
 }
 
-enum { L_ROW, L_COL, L_STRIDED, L_BCAST, L_COUNT };
-static const char *const layout_names[] = {"row-major", "column-major", "strided", "batch-broadcast"};
+enum { L_ROW, L_COL, L_STRIDED, L_BCAST, L_COUNT, L_WIDE = L_COUNT };
+static const char *const layout_names[] = {"row-major", "column-major", "strided", "batch-broadcast",
+                                           "padded rows"};
 
 /* A [b, r, c] operand laid out as `layout`: strided has no unit stride (BLAS cannot read it),
- * batch-broadcast has batch stride 0. */
+ * batch-broadcast has batch stride 0, padded rows are row-major with 3 elements between rows (a
+ * leading dimension above the width). */
 static nb_tensor *operand(int layout, int64_t b, int64_t r, int64_t c, nb_dtype dt)
 {
     switch (layout) {
@@ -188,6 +190,7 @@ static nb_tensor *operand(int layout, int64_t b, int64_t r, int64_t c, nb_dtype 
         t = NBT_CHECK(nb_slice(t, 1, 0, 2 * r, 2));
         return NBT_CHECK(nb_slice(t, 2, 1, 2 * c, 2));
     }
+    case L_WIDE: return NBT_CHECK(nb_slice(rand_tensor((int64_t[]){b, r, c + 3}, 3, dt), 2, 0, c, 1));
     default: return NBT_CHECK(nb_expand(rand_tensor((int64_t[]){1, r, c}, 3, dt), (int64_t[]){b, r, c}, 3));
     }
 }
@@ -241,6 +244,13 @@ static void test_blas_vs_reference(void **state)
         compare_paths(1, 1100, 90, 70, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, dt);
         compare_paths(1, 1030, 33, 260, (int[]){L_ROW, L_COL, L_ROW}, 0.5, -1, dt);
         compare_paths(1, 40, 1100, 70, (int[]){L_ROW, L_COL, L_COL}, 1, 0, dt);
+        /* NT with 16-64 rows and large N, K, which float32 computes as its transpose on oneDNN:
+         * A transposed first (K < 4N) or read as it is (K >= 4N), with beta, and with leading
+         * dimensions above the widths */
+        compare_paths(1, 64, 1000, 1024, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, dt);
+        compare_paths(1, 16, 1001, 1030, (int[]){L_WIDE, L_COL, L_WIDE}, -0.5, 2, dt);
+        compare_paths(1, 37, 1000, 4100, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, dt);
+        compare_paths(1, 20, 1003, 4200, (int[]){L_WIDE, L_COL, L_WIDE}, 1.5, -1, dt);
     }
 }
 

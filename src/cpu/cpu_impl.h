@@ -37,6 +37,12 @@ void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int6
 /* The number of threads to use for `work` units of which `grain` are worth one thread. */
 int nb_cpu_threads_for(int64_t work, int64_t grain);
 
+/* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,
+ * rows ldi (in) and ldo (out) elements apart, matrices rows * ldi and cols * ldo apart; tiled and
+ * threaded (copy.c). */
+void nb_cpu_transpose(size_t es, const void *in, int64_t ldi, void *out, int64_t ldo, int64_t n, int64_t rows,
+                      int64_t cols);
+
 /* Host memory for tensors: a caching allocator (see alloc.c). */
 void *nb_cpu_alloc(size_t nbytes);
 void nb_cpu_free(void *p, size_t nbytes);

@@ -60,28 +60,37 @@ static void copy_same(char **p, const int64_t *s, int64_t n, void *ctx)
     for (int64_t k = 0; k < n; k++) memcpy(p[0] + k * s[0], p[1] + k * s[1], es);
 }
 
-/* Per image, dst[j rows + i] = src[i cols + j] for the [rows, cols] matrix src, in TILE x TILE
- * tiles (both sides touch whole cache lines); images and tile rows are split across threads. */
+/* Per image, dst[j ldo + i] = src[i ldi + j] for the [rows, cols] matrix src, in TILE x TILE
+ * tiles (both sides touch whole cache lines); images (rows * ldi and cols * ldo elements apart)
+ * and tile rows are split across threads. */
 #define TILE 32
 #define TRANSPOSE(NAME, T)                                                                       \
-    static void NAME(const void *in, void *out, int64_t n, int64_t rows, int64_t cols)          \
+    static void NAME(const void *in, int64_t ldi, void *out, int64_t ldo, int64_t n, int64_t rows, \
+                     int64_t cols)                                                               \
     {                                                                                            \
         int64_t rt = (rows + TILE - 1) / TILE;                                                   \
         _Pragma("omp parallel for collapse(2) num_threads(nb_cpu_threads_for(n * rows * cols, NB_CPU_GRAIN))") \
         for (int64_t b = 0; b < n; b++)                                                          \
             for (int64_t ti = 0; ti < rt; ti++) {                                                \
-                const T *restrict src = (const T *)in + b * rows * cols;                         \
-                T *restrict dst = (T *)out + b * rows * cols;                                    \
+                const T *restrict src = (const T *)in + b * rows * ldi;                          \
+                T *restrict dst = (T *)out + b * cols * ldo;                                     \
                 int64_t i0 = ti * TILE, i1 = i0 + TILE < rows ? i0 + TILE : rows;                \
                 for (int64_t j0 = 0; j0 < cols; j0 += TILE) {                                    \
                     int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;                            \
                     for (int64_t j = j0; j < j1; j++)                                            \
-                        for (int64_t i = i0; i < i1; i++) dst[j * rows + i] = src[i * cols + j]; \
+                        for (int64_t i = i0; i < i1; i++) dst[j * ldo + i] = src[i * ldi + j];   \
                 }                                                                                \
             }                                                                                    \
     }
 TRANSPOSE(transpose_4, uint32_t)
 TRANSPOSE(transpose_8, uint64_t)
+
+void nb_cpu_transpose(size_t es, const void *in, int64_t ldi, void *out, int64_t ldo, int64_t n, int64_t rows,
+                      int64_t cols)
+{
+    NB_ASSERT(es == 4 || es == 8);
+    (es == 4 ? transpose_4 : transpose_8)(in, ldi, out, ldo, n, rows, cols);
+}
 
 /* Whether t (4-D) is dense with its dims laid out in memory in the order ord, outermost first
  * (a dim of size 1 may have any stride). */
@@ -127,7 +136,7 @@ static bool copy_nchw_nhwc(const nb_kargs *a)
     } else {
         return false;
     }
-    (es == 4 ? transpose_4 : transpose_8)(nb__data(in), nb__data(out), s[0], rows, cols);
+    nb_cpu_transpose(es, nb__data(in), cols, nb__data(out), rows, s[0], rows, cols);
     return true;
 }
 
