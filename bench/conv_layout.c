@@ -7,7 +7,8 @@
  * own layouts: what nb_set_conv_algo's auto and winograd run; the reorders of NCHW or NHWC
  * activations into them are not timed here).
  *
- * usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino   (3x3 kernel, padding 1, square H x H)
+ * usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino [KSIZE]   (KSIZE x KSIZE kernel, default 3,
+ *        padding KSIZE / 2, square H x H)
  * e.g.   OMP_NUM_THREADS=1 build-bench/bench/nabla_conv_layout 128 16 32 16 1 nhwc */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,8 +83,8 @@ static void run(const char *name, const_dnnl_primitive_desc_t pd, int na, dnnl_e
 
 int main(int argc, char **argv)
 {
-    if (argc != 7 || (strcmp(argv[6], "any") && strcmp(argv[6], "nhwc") && strcmp(argv[6], "wino"))) {
-        fprintf(stderr, "usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino\n");
+    if ((argc != 7 && argc != 8) || (strcmp(argv[6], "any") && strcmp(argv[6], "nhwc") && strcmp(argv[6], "wino"))) {
+        fprintf(stderr, "usage: nabla_conv_layout N C H OC STRIDE any|nhwc|wino [KSIZE]\n");
         return 2;
     }
     int64_t n = atoll(argv[1]), c = atoll(argv[2]), h = atoll(argv[3]), oc = atoll(argv[4]), s = atoll(argv[5]);
@@ -91,13 +92,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "conv_layout: N, C, H, OC and STRIDE must be positive\n");
         return 2;
     }
-    int64_t oh = (h + 2 - 3) / s + 1;
+    int64_t ks = argc == 8 ? atoll(argv[7]) : 3, pd = ks / 2;
+    int64_t oh = (h + 2 * pd - ks) / s + 1;
     dnnl_format_tag_t act = strcmp(argv[6], "nhwc") ? dnnl_format_tag_any : dnnl_acdb;
     dnnl_alg_kind_t alg = strcmp(argv[6], "wino") ? dnnl_convolution_direct : dnnl_convolution_winograd;
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
-    dnnl_dims_t xd = {n, c, h, h}, yd = {n, oc, oh, oh}, wd = {oc, c, 3, 3}, bd = {oc};
-    dnnl_dims_t strides = {s, s}, dil = {0, 0}, pad = {1, 1};
+    dnnl_dims_t xd = {n, c, h, h}, yd = {n, oc, oh, oh}, wd = {oc, c, ks, ks}, bd = {oc};
+    dnnl_dims_t strides = {s, s}, dil = {0, 0}, pad = {pd, pd};
     dnnl_memory_desc_t x, y, w, b;
     CK(dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, act));
     CK(dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, act));

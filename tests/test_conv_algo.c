@@ -3,7 +3,9 @@
  * (tests/ref/cases_conv_algo.py), and which algorithm actually ran (oneDNN's implementation,
  * counted by nb__dnnl_winograd_runs): Winograd for the 3x3 stride-1 cases under "winograd" on a
  * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution, and
- * under "auto" by its rules (32 output tiles or more; on channels-last inputs, 32 channels). */
+ * under "auto" by its rules (32 output tiles or more; on channels-last inputs, 32 channels).
+ * The same for the 5x5 cases and nabla's own F(2x2, 5x5) (counted by nb__wino5_runs): only on
+ * channels-last inputs with padding 2, under "auto" from 32 channels and 48 tiles of 2x2. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "nbtest.h"
 #include "nabla/nn.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/wino5_impl.h"
 
 /* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
 static double rel_err(const nb_tensor *got, const nb_tensor *want)
@@ -49,10 +52,10 @@ static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_
     }
     nb_conv2d_params cp = {.stride = {p[0], p[0]}, .padding = {p[1], p[1]}, .dilation = {1, 1}, .groups = 1,
                            .relu = p[2] != 0};
-    unsigned long long before = nb__dnnl_winograd_runs();
+    unsigned long long before = nb__dnnl_winograd_runs() + nb__wino5_runs();
     nb_tensor *out = NBT_CHECK(nb_conv2d(leaves[0], leaves[1], nin > 2 ? leaves[2] : NULL, &cp));
     NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, name, "gout")), NB_BACKWARD_DEFAULT));
-    unsigned long long runs = nb__dnnl_winograd_runs() - before;
+    unsigned long long runs = nb__dnnl_winograd_runs() + nb__wino5_runs() - before;
     if (cl && !nb_tensor_is_contiguous_format(out, NB_CHANNELS_LAST))
         fail_msg("%s (%s, channels-last): the output is not channels-last", name, nb_conv_algo_name(algo));
     const char *keys[] = {"out", "grad0", "grad1", "grad2"};
@@ -72,7 +75,9 @@ static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_
  * the algorithm the policy implies. Measured here (AVX-512, oneDNN 2.6): the direct kernels are
  * up to 1.5e-6 of the tensor's scale from float64 (the weight gradient sums 1,600 products per
  * element in float32), Winograd up to 1.7e-6. 1e-5 leaves room for other CPUs' summation orders
- * and still fails a kernel that is wrong by one term (1e-2 and more of the scale here). */
+ * and still fails a kernel that is wrong by one term (1e-2 and more of the scale here). nabla's
+ * F(2x2, 5x5) measured up to 6.9e-6 (its transforms scale values by up to 100 before they
+ * cancel), so it is allowed 3e-5. */
 static void test_policies(void **state)
 {
     (void)state;
@@ -81,23 +86,36 @@ static void test_policies(void **state)
     int n = nbt_case_names(m, &names);
     assert_true(n >= 5);
     bool avx512 = nb__dnnl_winograd_available();
-    double worst[2] = {0};
+    double worst[3] = {0}; /* direct, oneDNN's Winograd 3x3, nabla's 5x5 */
     int auto_wino[2] = {0}; /* cases auto ran on Winograd, per layout */
+    int auto_wino5 = 0;
     for (int i = 0; i < n; i++) {
-        bool eligible = strstr(names[i], "stride2") == NULL;
+        bool k5 = strncmp(names[i], "k5_", 3) == 0;
+        /* 3x3: stride 2 is not; 5x5: padding 1 (not "same") is not */
+        bool eligible = strstr(names[i], "stride2") == NULL && !(k5 && strstr(names[i], "pad1"));
         bool c16 = strstr(names[i], "c16_") != NULL;
-        /* auto's size rule: at least 32 output tiles of 4x4 over the batch */
+        /* auto's size rule: at least 32 output tiles of 4x4 (3x3) or 48 of 2x2 (5x5) over the batch */
         nb_scope *sc = nb_scope_begin();
         const int64_t *os = nb_tensor_shape(NBT_CHECK(nbt_ref(m, names[i], "out")));
-        bool big = os[0] * ((os[2] + 3) / 4) * ((os[3] + 3) / 4) >= 32;
+        bool big = k5 ? os[0] * ((os[2] + 1) / 2) * ((os[3] + 1) / 2) >= 48
+                      : os[0] * ((os[2] + 3) / 4) * ((os[3] + 3) / 4) >= 32;
         nb_scope_end(sc);
         for (int a = 0; a < 3; a++) {
             nb_conv_algo algo = (nb_conv_algo[]){NB_CONV_ALGO_DIRECT, NB_CONV_ALGO_WINOGRAD, NB_CONV_ALGO_AUTO}[a];
             for (int cl = 0; cl < 2; cl++) {
-                bool wino = avx512 && eligible && algo != NB_CONV_ALGO_DIRECT &&
-                            !(algo == NB_CONV_ALGO_AUTO && (!big || (cl && c16)));
-                if (wino && algo == NB_CONV_ALGO_AUTO) auto_wino[cl]++;
-                unsigned long long runs = run_case(m, names[i], algo, cl, 1e-5, &worst[wino]);
+                bool wino = avx512 && eligible && algo != NB_CONV_ALGO_DIRECT;
+                if (k5)
+                    wino = wino && cl && !(algo == NB_CONV_ALGO_AUTO && (!big || c16));
+                else
+                    wino = wino && !(algo == NB_CONV_ALGO_AUTO && (!big || (cl && c16)));
+                if (wino && algo == NB_CONV_ALGO_AUTO) {
+                    if (k5)
+                        auto_wino5++;
+                    else
+                        auto_wino[cl]++;
+                }
+                double tol = wino && k5 ? 3e-5 : 1e-5;
+                unsigned long long runs = run_case(m, names[i], algo, cl, tol, &worst[wino ? 1 + k5 : 0]);
                 /* forward, input gradient, weight gradient */
                 if (runs != (wino ? 3u : 0u))
                     fail_msg("%s (%s, %s): %llu Winograd runs, expected %d", names[i], nb_conv_algo_name(algo),
@@ -105,10 +123,10 @@ static void test_policies(void **state)
             }
         }
     }
-    printf("worst error relative to scale: direct %.3g, winograd %.3g (AVX-512: %s)\n", worst[0], worst[1],
-           avx512 ? "yes" : "no");
+    printf("worst error relative to scale: direct %.3g, winograd 3x3 %.3g, 5x5 %.3g (AVX-512: %s)\n", worst[0],
+           worst[1], worst[2], avx512 ? "yes" : "no");
     /* the catalogue has cases on both sides of auto's rules */
-    if (avx512) assert_true(auto_wino[0] == 2 && auto_wino[1] == 1);
+    if (avx512) assert_true(auto_wino[0] == 2 && auto_wino[1] == 1 && auto_wino5 == 1);
     NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
     nbt_free_names(names, n);
     nb_tensor_map_free(m);

@@ -1,6 +1,7 @@
 """Reference values for tests/test_conv_algo.c: float32 convolutions that oneDNN may run on
 Winograd's F(4x4, 3x3) (3x3, stride 1, channels in and out multiples of 16), and one it may not
-(stride 2), computed by PyTorch in float64 from the same float32 inputs, so that the reference is
+(stride 2); 5x5 ones ("k5_") that nabla's own Winograd F(2x2, 5x5) may run (stride 1, padding 2,
+channels multiples of 16, channels-last), and one it may not (padding 1); computed by PyTorch in float64 from the same float32 inputs, so that the reference is
 free of float32 rounding and the test can bound each algorithm's own error.
 
 Each case <name> holds:
@@ -15,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 
-def _case(t, name, n, c, oc, h, w, stride, pad, bias, relu=False):
+def _case(t, name, n, c, oc, h, w, stride, pad, bias, relu=False, k=3):
     x = torch.randn(n, c, h, w)
-    wt = torch.randn(oc, c, 3, 3) * math.sqrt(2.0 / (c * 9))
+    wt = torch.randn(oc, c, k, k) * math.sqrt(2.0 / (c * k * k))
     b = torch.randn(oc) if bias else None
     ins = [x, wt] + ([b] if bias else [])
     leaves = [v.double().requires_grad_(True) for v in ins]
@@ -42,4 +43,9 @@ def build():
     _case(t, "c48_oc64_pad1_big", 4, 48, 64, 20, 20, 1, 1, True)
     _case(t, "c16_oc16_pad1_many", 4, 16, 16, 16, 16, 1, 1, True)
     _case(t, "c32_oc32_stride2", 2, 32, 32, 10, 10, 2, 1, True)
+    # 5x5: auto takes Winograd from 32 channels in and out and 48 tiles of 2x2 over the batch
+    _case(t, "k5_c32_oc32_bias", 3, 32, 32, 15, 15, 1, 2, True, k=5)
+    _case(t, "k5_c16_oc48_relu_odd", 2, 16, 48, 7, 9, 1, 2, True, relu=True, k=5)
+    _case(t, "k5_c48_oc32_tiny", 1, 48, 32, 5, 6, 1, 2, False, k=5)
+    _case(t, "k5_c32_oc32_pad1", 2, 32, 32, 8, 8, 1, 1, True, k=5)
     return t

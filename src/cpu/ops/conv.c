@@ -2,12 +2,14 @@
  * operands: activations NCHW, or all channels-last when the input is, weights OIHW; PyTorch's
  * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
- * the forward primitive; float64, and float32 when oneDNN is switched off, run the reference
+ * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
+ * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c); float64, and float32 when oneDNN is switched off, run the reference
  * loops below (in either layout), which the oneDNN path is tested against. */
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/wino5_impl.h"
 
 static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0, int64_t i1)
 {
@@ -153,6 +155,8 @@ static nb_status forward(const nb_kargs *a)
         if (a->flag) relu_inplace_double(ptr(a->out), n);
         return NB_OK;
     }
+    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
+        return nb__wino5_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
@@ -168,6 +172,8 @@ static nb_status backward_data(const nb_kargs *a)
         ref_backward_data_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
         return NB_OK;
     }
+    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
+        return nb__wino5_backward_data(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
     if (nb__dnnl_enabled()) return nb__dnnl_conv_backward_data(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
     ref_backward_data_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
     return NB_OK;
@@ -181,6 +187,8 @@ static nb_status backward_weights(const nb_kargs *a)
         ref_backward_weights_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
         return NB_OK;
     }
+    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
+        return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
                                               a->flag);

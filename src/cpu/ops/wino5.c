@@ -1,0 +1,521 @@
+/* Winograd F(2x2, 5x5): 5x5 stride-1 "same" convolutions (padding 2) on channels-last float32
+ * activations, in all three directions. oneDNN has Winograd only for 3x3 kernels; its direct
+ * 5x5 kernels are at the machine's peak, so a 5x5 layer with many channels (AlexNet-R's 32 -> 32
+ * on 15x15, batch 1024) can only go faster by doing fewer multiplications: each 2x2 output tile
+ * takes 36 products per (input, output) channel pair instead of 100.
+ *
+ * With d a 6x6 input tile, g a 5x5 filter and Y the 2x2 output tile (correlation, as PyTorch's
+ * conv2d), Y = A^T [(G g G^T) . (B^T d B)] A, '.' elementwise, for the interpolation points 0,
+ * 1, -1, 2, -2 and infinity (the matrices below; the same points as oneDNN's F(4x4, 3x3), so the
+ * same rounding behaviour). Per block of tiles:
+ *   V[xi][t][c]  = (B^T d_t,c B)[xi]           input transform, 16 channels per vector
+ *   M[xi][t][o]  = sum_c V[xi][t][c] U[xi][c][o]   36 small matrix products
+ *   Y_t,o        = A^T M_t,o A (+ bias, ReLU)   output transform
+ * U = G g G^T is made once per call. The input gradient is the forward on the output gradient
+ * with the filters flipped and in/out swapped. The weight gradient is that of the Winograd
+ * forward, G^T [sum_t V_t . (A dY_t A^T)] G, which equals the convolution's.
+ *
+ * Requires AVX-512F (checked at run time), channels in and out multiples of 16. */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu/cpu_impl.h"
+#include "cpu/wino5_impl.h"
+
+static _Atomic unsigned long long g_runs;
+
+unsigned long long nb__wino5_runs(void)
+{
+    return g_runs;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define VL 16    /* floats per vector */
+#define ROWS 12  /* tiles per micro-kernel step (rows of the products) */
+#define NXI 36   /* 6 x 6 transformed points */
+
+typedef struct wgeom {
+    int64_t n, h, w, th, tw, tiles; /* th x tw tiles of 2x2 per image */
+    int64_t ci, co;                 /* channels in and out of this pass */
+    int64_t tb;                     /* tiles per block, a multiple of ROWS */
+    int64_t vs, ms;                 /* floats between the 36 matrices of V (ci wide) and of M (co) */
+} wgeom;
+
+static wgeom wgeom_of(int64_t n, int64_t h, int64_t w, int64_t ci, int64_t co)
+{
+    wgeom g = {.n = n, .h = h, .w = w, .th = (h + 1) / 2, .tw = (w + 1) / 2, .ci = ci, .co = co};
+    g.tiles = n * g.th * g.tw;
+    /* V and M of a block in about 512 KiB (half of Zen 4's L2) */
+    int64_t tb = (512 * 1024) / (NXI * 4 * (ci + co)) / ROWS * ROWS;
+    g.tb = tb < ROWS ? ROWS : tb > 16 * ROWS ? 16 * ROWS : tb;
+    /* one cache line more than the matrix: tb * C * 4 bytes is often a multiple of 2 KiB, which
+     * would put the 36 matrices' rows in the same few L1 sets */
+    g.vs = g.tb * ci + VL;
+    g.ms = g.tb * co + VL;
+    return g;
+}
+
+/* ---- the transforms ---------------------------------------------------------------------- */
+
+static const float G[6][5] = {
+    {1.f / 4, 0, 0, 0, 0},
+    {-1.f / 6, -1.f / 6, -1.f / 6, -1.f / 6, -1.f / 6},
+    {-1.f / 6, 1.f / 6, -1.f / 6, 1.f / 6, -1.f / 6},
+    {1.f / 24, 1.f / 12, 1.f / 6, 1.f / 3, 2.f / 3},
+    {1.f / 24, -1.f / 12, 1.f / 6, -1.f / 3, 2.f / 3},
+    {0, 0, 0, 0, 1},
+};
+
+/* U[xi][i][o] = (G g G^T)[xi] for the filter g of output channel o and input channel i of this
+ * pass: w[o][i] as it is (forward), or, flipped, w[i][o] rotated by 180 degrees (the input
+ * gradient's pass, whose inputs are the forward's outputs). w is OIHW of the forward. */
+static void weight_transform(const float *w, int64_t ci, int64_t co, bool flipped, float *U)
+{
+    int nt = nb_cpu_threads_for(ci * co * 25 * 36, NB_CPU_GRAIN);
+#pragma omp parallel for collapse(2) num_threads(nt)
+    for (int64_t o = 0; o < co; o++)
+        for (int64_t i = 0; i < ci; i++) {
+            float g[5][5], t[6][5];
+            for (int y = 0; y < 5; y++)
+                for (int x = 0; x < 5; x++)
+                    g[y][x] = flipped ? w[((i * co + o) * 5 + (4 - y)) * 5 + (4 - x)] : w[((o * ci + i) * 5 + y) * 5 + x];
+            for (int a = 0; a < 6; a++)
+                for (int x = 0; x < 5; x++) {
+                    float s = 0;
+                    for (int y = 0; y < 5; y++) s += G[a][y] * g[y][x];
+                    t[a][x] = s;
+                }
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++) {
+                    float s = 0;
+                    for (int x = 0; x < 5; x++) s += t[a][x] * G[b][x];
+                    U[((int64_t)(a * 6 + b) * ci + i) * co + o] = s;
+                }
+        }
+}
+
+/* B^T d for six vectors d[0..5] (stride ds), into r[0..5] (stride rs). */
+#define BT6(d, ds, r, rs)                                                                          \
+    do {                                                                                           \
+        __m512 d0 = (d)[0], d1 = (d)[(ds)], d2 = (d)[2 * (ds)], d3 = (d)[3 * (ds)];                \
+        __m512 d4 = (d)[4 * (ds)], d5 = (d)[5 * (ds)];                                             \
+        __m512 f4 = _mm512_set1_ps(4.f), f5 = _mm512_set1_ps(5.f), f2 = _mm512_set1_ps(2.f);       \
+        __m512 p_ = _mm512_sub_ps(d4, d2), q_ = _mm512_sub_ps(d3, d1);                              \
+        (r)[0] = _mm512_fmadd_ps(f4, d0, _mm512_fnmadd_ps(f5, d2, d4));                            \
+        (r)[1] = _mm512_fnmadd_ps(f4, _mm512_add_ps(d1, d2), _mm512_add_ps(d3, d4));               \
+        (r)[2] = _mm512_fmadd_ps(f4, _mm512_sub_ps(d1, d2), _mm512_sub_ps(d4, d3));                \
+        (r)[3] = _mm512_fmadd_ps(f2, q_, p_);                                                       \
+        (r)[4] = _mm512_fnmadd_ps(f2, q_, p_);                                                       \
+        (r)[5] = _mm512_fmadd_ps(f4, d1, _mm512_fnmadd_ps(f5, d3, d5));                            \
+        (void)(rs);                                                                                \
+    } while (0)
+
+/* V[xi][row][c..c+15] for tile t (image b, tile row ty, column tx) of the [n, h, w, C] input. */
+__attribute__((target("avx512f"))) static void input_tile(const wgeom *g, const float *x, int64_t t, float *V,
+                                                          int64_t row)
+{
+    int64_t per = g->th * g->tw, b = t / per, ty = t % per / g->tw, tx = t % g->tw;
+    int64_t y0 = 2 * ty - 2, x0 = 2 * tx - 2, C = g->ci, stride = g->vs;
+    bool inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= g->h && x0 + 6 <= g->w;
+    const float *base = x + ((b * g->h + y0) * g->w + x0) * C;
+    for (int64_t c = 0; c < C; c += VL) {
+        __m512 tr[36]; /* B^T along y, column by column: tr[i * 6 + j] */
+        for (int j = 0; j < 6; j++) {
+            __m512 d[6];
+            const float *p = base + j * C + c;
+            if (inside) {
+                for (int i = 0; i < 6; i++) d[i] = _mm512_loadu_ps(p + i * g->w * C);
+            } else {
+                bool col = x0 + j >= 0 && x0 + j < g->w;
+                for (int i = 0; i < 6; i++)
+                    d[i] = col && y0 + i >= 0 && y0 + i < g->h ? _mm512_loadu_ps(p + i * g->w * C)
+                                                                : _mm512_setzero_ps();
+            }
+            __m512 o[6];
+            BT6(d, 1, o, 1);
+            for (int i = 0; i < 6; i++) tr[i * 6 + j] = o[i];
+        }
+        for (int i = 0; i < 6; i++) { /* then along x, row by row */
+            __m512 o[6];
+            BT6(&tr[i * 6], 1, o, 1);
+            for (int j = 0; j < 6; j++) _mm512_storeu_ps(V + (i * 6 + j) * stride + row * C + c, o[j]);
+        }
+    }
+}
+
+/* Zero rows [from, tb) of V (padding tiles of the last block). */
+static void zero_rows(const wgeom *g, float *V, int64_t from, int64_t ch)
+{
+    if (from >= g->tb) return;
+    for (int xi = 0; xi < NXI; xi++)
+        memset(V + xi * g->vs + from * ch, 0, (size_t)((g->tb - from) * ch) * sizeof(float));
+}
+
+/* Y = A^T m A for the 2x2 tile t from M[xi][row][o..o+15], plus bias, ReLU; into y [n, h, w, co]. */
+__attribute__((target("avx512f"))) static void output_tile(const wgeom *g, const float *M, int64_t row, int64_t t,
+                                                           const float *bias, bool relu, float *y)
+{
+    int64_t per = g->th * g->tw, b = t / per, ty = t % per / g->tw, tx = t % g->tw;
+    int64_t CO = g->co, stride = g->ms;
+    bool r1 = 2 * ty + 1 < g->h, c1 = 2 * tx + 1 < g->w;
+    float *out = y + ((b * g->h + 2 * ty) * g->w + 2 * tx) * CO;
+    __m512 f2 = _mm512_set1_ps(2.f), zero = _mm512_setzero_ps();
+    for (int64_t o = 0; o < CO; o += VL) {
+        __m512 s[2][6];
+        for (int j = 0; j < 6; j++) { /* A^T along y, per column j */
+            __m512 m0 = _mm512_loadu_ps(M + (0 * 6 + j) * stride + row * CO + o);
+            __m512 m1 = _mm512_loadu_ps(M + (1 * 6 + j) * stride + row * CO + o);
+            __m512 m2 = _mm512_loadu_ps(M + (2 * 6 + j) * stride + row * CO + o);
+            __m512 m3 = _mm512_loadu_ps(M + (3 * 6 + j) * stride + row * CO + o);
+            __m512 m4 = _mm512_loadu_ps(M + (4 * 6 + j) * stride + row * CO + o);
+            __m512 m5 = _mm512_loadu_ps(M + (5 * 6 + j) * stride + row * CO + o);
+            __m512 a = _mm512_add_ps(m1, m2), d = _mm512_sub_ps(m1, m2);
+            __m512 e = _mm512_add_ps(m3, m4), f = _mm512_sub_ps(m3, m4);
+            s[0][j] = _mm512_add_ps(_mm512_add_ps(m0, a), e);
+            s[1][j] = _mm512_add_ps(_mm512_fmadd_ps(f2, f, d), m5);
+        }
+        __m512 bv = bias ? _mm512_loadu_ps(bias + o) : zero;
+        for (int i = 0; i < 2; i++) {
+            if (i == 1 && !r1) break;
+            __m512 a = _mm512_add_ps(s[i][1], s[i][2]), d = _mm512_sub_ps(s[i][1], s[i][2]);
+            __m512 e = _mm512_add_ps(s[i][3], s[i][4]), f = _mm512_sub_ps(s[i][3], s[i][4]);
+            __m512 v0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[i][0], a), e), bv);
+            __m512 v1 = _mm512_add_ps(_mm512_add_ps(_mm512_fmadd_ps(f2, f, d), s[i][5]), bv);
+            if (relu) {
+                v0 = _mm512_max_ps(v0, zero);
+                v1 = _mm512_max_ps(v1, zero);
+            }
+            _mm512_storeu_ps(out + i * g->w * CO + o, v0);
+            if (c1) _mm512_storeu_ps(out + (i * g->w + 1) * CO + o, v1);
+        }
+    }
+}
+
+/* M[r][o] = sum_c V[r][c] U[c][o] for rows [0, tb) (tb a multiple of ROWS), C = ci, O = co. */
+__attribute__((target("avx512f"))) static void block_product(const float *V, const float *U, float *M, int64_t tb,
+                                                             int64_t C, int64_t O)
+{
+    int64_t o = 0;
+    for (; o + 2 * VL <= O; o += 2 * VL)
+        for (int64_t r0 = 0; r0 < tb; r0 += ROWS) {
+            __m512 acc[ROWS][2];
+            for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            const float *v = V + r0 * C;
+            for (int64_t c = 0; c < C; c++) {
+                __m512 u0 = _mm512_loadu_ps(U + c * O + o), u1 = _mm512_loadu_ps(U + c * O + o + VL);
+                for (int r = 0; r < ROWS; r++) {
+                    __m512 b = _mm512_set1_ps(v[r * C + c]);
+                    acc[r][0] = _mm512_fmadd_ps(b, u0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(b, u1, acc[r][1]);
+                }
+            }
+            for (int r = 0; r < ROWS; r++) {
+                _mm512_storeu_ps(M + (r0 + r) * O + o, acc[r][0]);
+                _mm512_storeu_ps(M + (r0 + r) * O + o + VL, acc[r][1]);
+            }
+        }
+    for (; o < O; o += VL)
+        for (int64_t r0 = 0; r0 < tb; r0 += ROWS) {
+            __m512 acc[ROWS];
+            for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_ps();
+            const float *v = V + r0 * C;
+            for (int64_t c = 0; c < C; c++) {
+                __m512 u0 = _mm512_loadu_ps(U + c * O + o);
+                for (int r = 0; r < ROWS; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(v[r * C + c]), u0, acc[r]);
+            }
+            for (int r = 0; r < ROWS; r++) _mm512_storeu_ps(M + (r0 + r) * O + o, acc[r]);
+        }
+}
+
+/* The forward pass of g (ci -> co) with transformed filters U: y = conv(x) (+ bias, ReLU). */
+static nb_status forward_pass(const wgeom *g, const float *x, const float *U, const float *bias, bool relu,
+                              float *y)
+{
+    int64_t nblocks = (g->tiles + g->tb - 1) / g->tb;
+    int nt = nb_cpu_threads_for(nblocks, 1);
+    size_t per = (size_t)(NXI * (g->vs + g->ms)), bytes = per * (size_t)nt * sizeof(float);
+    float *buf = nb_cpu_alloc(bytes);
+    if (!buf) return nb__err(NB_ERR_OOM, "conv2d (Winograd 5x5): out of memory for %zu bytes of scratch", bytes);
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int me = omp_get_thread_num();
+#else
+        int me = 0;
+#endif
+        float *V = buf + per * (size_t)me, *M = V + NXI * g->vs;
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            int64_t t0 = blk * g->tb, nt_ = g->tiles - t0 < g->tb ? g->tiles - t0 : g->tb;
+            for (int64_t r = 0; r < nt_; r++) input_tile(g, x, t0 + r, V, r);
+            zero_rows(g, V, nt_, g->ci);
+            for (int xi = 0; xi < NXI; xi++)
+                block_product(V + xi * g->vs, U + xi * g->ci * g->co, M + xi * g->ms,
+                              (nt_ + ROWS - 1) / ROWS * ROWS, g->ci, g->co);
+            for (int64_t r = 0; r < nt_; r++) output_tile(g, M, r, t0 + r, bias, relu, y);
+        }
+    }
+    nb_cpu_free(buf, bytes);
+    return NB_OK;
+}
+
+/* dM[xi][row][o..] = (A dY A^T)[xi] for tile t of the output gradient gy [n, h, w, co] (values
+ * outside the image are zero); adds the tile's gradient values to bsum (the bias gradient). */
+__attribute__((target("avx512f"))) static void grad_tile(const wgeom *g, const float *gy, int64_t t, float *dM,
+                                                         int64_t row, float *bsum)
+{
+    int64_t per = g->th * g->tw, b = t / per, ty = t % per / g->tw, tx = t % g->tw;
+    int64_t CO = g->co, stride = g->ms;
+    bool r1 = 2 * ty + 1 < g->h, c1 = 2 * tx + 1 < g->w;
+    const float *in = gy + ((b * g->h + 2 * ty) * g->w + 2 * tx) * CO;
+    __m512 f2 = _mm512_set1_ps(2.f), zero = _mm512_setzero_ps();
+    for (int64_t o = 0; o < CO; o += VL) {
+        __m512 y[2][2];
+        y[0][0] = _mm512_loadu_ps(in + o);
+        y[0][1] = c1 ? _mm512_loadu_ps(in + CO + o) : zero;
+        y[1][0] = r1 ? _mm512_loadu_ps(in + g->w * CO + o) : zero;
+        y[1][1] = r1 && c1 ? _mm512_loadu_ps(in + (g->w + 1) * CO + o) : zero;
+        if (bsum)
+            _mm512_storeu_ps(bsum + o, _mm512_add_ps(_mm512_loadu_ps(bsum + o),
+                                                     _mm512_add_ps(_mm512_add_ps(y[0][0], y[0][1]),
+                                                                   _mm512_add_ps(y[1][0], y[1][1]))));
+        __m512 s[2][6]; /* A along x */
+        for (int i = 0; i < 2; i++) {
+            __m512 a = y[i][0], c = y[i][1];
+            s[i][0] = a;
+            s[i][1] = _mm512_add_ps(a, c);
+            s[i][2] = _mm512_sub_ps(a, c);
+            s[i][3] = _mm512_fmadd_ps(f2, c, a);
+            s[i][4] = _mm512_fnmadd_ps(f2, c, a);
+            s[i][5] = c;
+        }
+        for (int j = 0; j < 6; j++) { /* A along y */
+            __m512 a = s[0][j], c = s[1][j], m[6];
+            m[0] = a;
+            m[1] = _mm512_add_ps(a, c);
+            m[2] = _mm512_sub_ps(a, c);
+            m[3] = _mm512_fmadd_ps(f2, c, a);
+            m[4] = _mm512_fnmadd_ps(f2, c, a);
+            m[5] = c;
+            for (int i = 0; i < 6; i++) _mm512_storeu_ps(dM + (i * 6 + j) * stride + row * CO + o, m[i]);
+        }
+    }
+}
+
+/* dU[c][o] += sum_r V[r][c] dM[r][o] over rows [0, tb); C a multiple of 8. */
+__attribute__((target("avx512f"))) static void block_product_t(const float *V, const float *dM, float *dU,
+                                                               int64_t tb, int64_t C, int64_t O)
+{
+    for (int64_t c0 = 0; c0 < C; c0 += 8) {
+        int64_t o = 0;
+        for (; o + 2 * VL <= O; o += 2 * VL) {
+            __m512 acc[8][2];
+            for (int r = 0; r < 8; r++) {
+                acc[r][0] = _mm512_loadu_ps(dU + (c0 + r) * O + o);
+                acc[r][1] = _mm512_loadu_ps(dU + (c0 + r) * O + o + VL);
+            }
+            for (int64_t k = 0; k < tb; k++) {
+                __m512 m0 = _mm512_loadu_ps(dM + k * O + o), m1 = _mm512_loadu_ps(dM + k * O + o + VL);
+                const float *v = V + k * C + c0;
+                for (int r = 0; r < 8; r++) {
+                    __m512 b = _mm512_set1_ps(v[r]);
+                    acc[r][0] = _mm512_fmadd_ps(b, m0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(b, m1, acc[r][1]);
+                }
+            }
+            for (int r = 0; r < 8; r++) {
+                _mm512_storeu_ps(dU + (c0 + r) * O + o, acc[r][0]);
+                _mm512_storeu_ps(dU + (c0 + r) * O + o + VL, acc[r][1]);
+            }
+        }
+        for (; o < O; o += VL) {
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm512_loadu_ps(dU + (c0 + r) * O + o);
+            for (int64_t k = 0; k < tb; k++) {
+                __m512 m0 = _mm512_loadu_ps(dM + k * O + o);
+                const float *v = V + k * C + c0;
+                for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(v[r]), m0, acc[r]);
+            }
+            for (int r = 0; r < 8; r++) _mm512_storeu_ps(dU + (c0 + r) * O + o, acc[r]);
+        }
+    }
+}
+
+/* gw = G^T dU G per (o, i) from the [36][ci][co] sum dU; OIHW. */
+static void weight_grad_transform(const double *dU, int64_t ci, int64_t co, float *gw)
+{
+    int nt = nb_cpu_threads_for(ci * co * 25 * 36, NB_CPU_GRAIN);
+#pragma omp parallel for collapse(2) num_threads(nt)
+    for (int64_t o = 0; o < co; o++)
+        for (int64_t i = 0; i < ci; i++) {
+            double t[5][6];
+            for (int y = 0; y < 5; y++)
+                for (int b = 0; b < 6; b++) {
+                    double s = 0;
+                    for (int a = 0; a < 6; a++) s += (double)G[a][y] * dU[((int64_t)(a * 6 + b) * ci + i) * co + o];
+                    t[y][b] = s;
+                }
+            for (int y = 0; y < 5; y++)
+                for (int x = 0; x < 5; x++) {
+                    double s = 0;
+                    for (int b = 0; b < 6; b++) s += t[y][b] * (double)G[b][x];
+                    gw[((o * ci + i) * 5 + y) * 5 + x] = (float)s;
+                }
+        }
+}
+
+/* The weight gradient: per block of tiles, V and dM; their 36 products and the bias sum are
+ * summed in float over FLUSH blocks, then added to the thread's double totals; the threads'
+ * totals are added in a fixed order.
+ * The transformed values are up to about 100x the gradient they make up (B^T and A's entries
+ * reach 5 and 2 per dimension), so a float running sum over all the batch's tiles lost two more
+ * digits than the direct kernels (relative error 4e-5 against 6e-7 on 64 15x15 images); with
+ * the per-block sums added in double it is 1e-6 (tests/test_conv_algo.c). */
+#define FLUSH 4
+
+/* tot += part; part = 0. */
+__attribute__((target("avx512f"))) static void flush(double *restrict tot, float *restrict part, size_t n)
+{
+    size_t e = 0;
+    for (; e + 8 <= n; e += 8) {
+        __m256 p = _mm256_loadu_ps(part + e);
+        _mm512_storeu_pd(tot + e, _mm512_add_pd(_mm512_loadu_pd(tot + e), _mm512_cvtps_pd(p)));
+        _mm256_storeu_ps(part + e, _mm256_setzero_ps());
+    }
+    for (; e < n; e++) {
+        tot[e] += (double)part[e];
+        part[e] = 0;
+    }
+}
+
+static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, float *gw, float *gb)
+{
+    int64_t nblocks = (g->tiles + g->tb - 1) / g->tb;
+    int nt = nb_cpu_threads_for(nblocks, 1);
+    size_t nu = (size_t)(NXI * g->ci * g->co), acc = nu + (size_t)g->co; /* dU, then the bias sum */
+    size_t per = (size_t)(NXI * (g->vs + g->ms)) + acc, bytes = per * (size_t)nt * sizeof(float);
+    size_t dbytes = acc * (size_t)nt * sizeof(double);
+    float *buf = nb_cpu_alloc(bytes);
+    double *tot = buf ? nb_cpu_alloc(dbytes) : NULL;
+    if (!tot) {
+        if (buf) nb_cpu_free(buf, bytes);
+        return nb__err(NB_ERR_OOM, "conv2d_backward_weight (Winograd 5x5): out of memory for %zu bytes of scratch",
+                       bytes + dbytes);
+    }
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int me = omp_get_thread_num();
+#else
+        int me = 0;
+#endif
+        float *dU = buf + per * (size_t)me, *bs = dU + nu;
+        float *V = dU + acc, *dM = V + NXI * g->vs;
+        double *my = tot + acc * (size_t)me;
+        memset(my, 0, acc * sizeof(double));
+        memset(dU, 0, acc * sizeof(float));
+        int pending = 0;
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < nblocks; blk++) {
+            int64_t t0 = blk * g->tb, n = g->tiles - t0 < g->tb ? g->tiles - t0 : g->tb;
+            for (int64_t r = 0; r < n; r++) {
+                input_tile(g, x, t0 + r, V, r);
+                grad_tile(g, gy, t0 + r, dM, r, bs);
+            }
+            for (int xi = 0; xi < NXI; xi++)
+                block_product_t(V + xi * g->vs, dM + xi * g->ms, dU + xi * g->ci * g->co, n, g->ci, g->co);
+            if (++pending == FLUSH) {
+                flush(my, dU, acc);
+                pending = 0;
+            }
+        }
+        if (pending) flush(my, dU, acc);
+    }
+    for (int k = 1; k < nt; k++) {
+        const double *src = tot + acc * (size_t)k;
+        for (size_t e = 0; e < acc; e++) tot[e] += src[e];
+    }
+    weight_grad_transform(tot, g->ci, g->co, gw);
+    if (gb)
+        for (int64_t o = 0; o < g->co; o++) gb[o] = (float)tot[nu + (size_t)o];
+    nb_cpu_free(tot, dbytes);
+    nb_cpu_free(buf, bytes);
+    return NB_OK;
+}
+
+static nb_status with_filters(const nb_conv_geom *cg, const float *w, bool flipped, const float *in,
+                              const float *bias, bool relu, float *out)
+{
+    g_runs++;
+    int64_t ci = flipped ? cg->oc : cg->c, co = flipped ? cg->c : cg->oc;
+    size_t bytes = (size_t)(NXI * ci * co) * sizeof(float);
+    float *U = nb_cpu_alloc(bytes);
+    if (!U) return nb__err(NB_ERR_OOM, "conv2d (Winograd 5x5): out of memory for %zu bytes of filters", bytes);
+    weight_transform(w, cg->c, cg->oc, flipped, U);
+    wgeom g = wgeom_of(cg->n, cg->h, cg->w, ci, co);
+    nb_status st = forward_pass(&g, in, U, bias, relu, out);
+    nb_cpu_free(U, bytes);
+    return st;
+}
+
+nb_status nb__wino5_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
+                            float *y)
+{
+    return with_filters(g, w, false, x, b, relu, y);
+}
+
+nb_status nb__wino5_backward_data(const nb_conv_geom *g, const float *gy, const float *w, float *gx)
+{
+    return with_filters(g, w, true, gy, NULL, false, gx);
+}
+
+nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
+{
+    g_runs++;
+    wgeom wg = wgeom_of(g->n, g->h, g->w, g->c, g->oc);
+    return weights_pass(&wg, gy, x, gw, gb);
+}
+
+static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+
+#else /* not x86-64: never chosen */
+
+static bool have_avx512(void) { return false; }
+
+nb_status nb__wino5_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
+                            float *y)
+{
+    (void)g, (void)x, (void)w, (void)b, (void)relu, (void)y;
+    return nb__err(NB_ERR_UNSUPPORTED, "conv2d: Winograd 5x5 needs x86-64 with AVX-512");
+}
+
+nb_status nb__wino5_backward_data(const nb_conv_geom *g, const float *gy, const float *w, float *gx)
+{
+    (void)g, (void)gy, (void)w, (void)gx;
+    return nb__err(NB_ERR_UNSUPPORTED, "conv2d_backward_input: Winograd 5x5 needs x86-64 with AVX-512");
+}
+
+nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
+{
+    (void)g, (void)gy, (void)x, (void)gw, (void)gb;
+    return nb__err(NB_ERR_UNSUPPORTED, "conv2d_backward_weight: Winograd 5x5 needs x86-64 with AVX-512");
+}
+
+#endif
+
+bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo)
+{
+    if (algo == NB_CONV_ALGO_DIRECT || !g->cl || !have_avx512()) return false;
+    if (g->kh != 5 || g->kw != 5 || g->sh != 1 || g->sw != 1 || g->ph != 2 || g->pw != 2 || g->dh != 1 ||
+        g->dw != 1 || g->groups != 1 || g->oh != g->h || g->ow != g->w)
+        return false;
+    if (g->c % 16 || g->oc % 16) return false;
+    if (algo == NB_CONV_ALGO_WINOGRAD) return true;
+    return g->c >= 32 && g->oc >= 32 && g->n * ((g->h + 1) / 2) * ((g->w + 1) / 2) >= 4 * ROWS;
+}
