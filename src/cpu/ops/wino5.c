@@ -509,6 +509,18 @@ nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, con
 
 #endif
 
+/* auto's bounds, from one thread's times of the three directions, direct (oneDNN) against these
+ * kernels (ms; N, C -> OC, H x W): 1024, 32 -> 32, 15x15 96/94/95 against 69/67/74; 16, 96 ->
+ * 256, 27x27 123/122/133 against 68/74/114; 32, 128 -> 128, 16x16 52/53/53 against 31/30/42;
+ * 16, 32 -> 32, 16x16 (1,024 tiles) 1.70/1.67/1.72 against 1.35/1.19/1.65. Slower: below about
+ * a thousand tiles, where the per-call filter transforms and the weight gradient's sums dominate
+ * (8, 32 -> 32, 16x16, 512 tiles: 0.89 against 1.02 for the weight gradient; 16, 64 -> 64, 8x8:
+ * 1.6 against 1.8 forward), and with many channel pairs, whose 36 transformed filters per pair
+ * no longer stay in cache beside a block (16, 256 -> 256, 14x14: weight gradient 103 against
+ * 208; 8, 512 -> 512, 7x7 55 against 188 forward). */
+#define AUTO_MIN_TILES 1024
+#define AUTO_MAX_CHANNEL_PAIRS 32768
+
 bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo)
 {
     if (algo == NB_CONV_ALGO_DIRECT || !g->cl || !have_avx512()) return false;
@@ -517,5 +529,6 @@ bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo)
         return false;
     if (g->c % 16 || g->oc % 16) return false;
     if (algo == NB_CONV_ALGO_WINOGRAD) return true;
-    return g->c >= 32 && g->oc >= 32 && g->n * ((g->h + 1) / 2) * ((g->w + 1) / 2) >= 4 * ROWS;
+    return g->c >= 32 && g->oc >= 32 && g->c * g->oc <= AUTO_MAX_CHANNEL_PAIRS &&
+           g->n * ((g->h + 1) / 2) * ((g->w + 1) / 2) >= AUTO_MIN_TILES;
 }
