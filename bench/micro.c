@@ -11,7 +11,7 @@
  * other_cpu is how many CPUs other processes kept busy, on average, while the case ran (from
  * /proc/stat less this process's own CPU time; -1 when unknown): on a shared machine it tells a
  * clean figure from a disturbed one.
- * Rates: sgemm GFLOP/s (2 n^3 per run); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
+ * Rates: sgemm GFLOP/s (2 n^3 per run), linear GFLOP/s (2 M N K); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
  * plus output bytes); softmax and to_channels_last (nb_contiguous_format of an NCHW tensor, as
  * PyTorch's x.contiguous(memory_format=torch.channels_last)) GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
  * "nan" and the error on a '#' line, so a partial library still gives a table.
@@ -33,7 +33,7 @@
 extern char *openblas_get_config(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
 
-typedef enum { OP_MM, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX, OP_TO_CL } op_kind;
+typedef enum { OP_MM, OP_LINEAR, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX, OP_TO_CL } op_kind;
 
 typedef struct bench_case {
     op_kind kind;
@@ -49,6 +49,13 @@ static const bench_case CASES[] = {
     {OP_MM, "sgemm", "1024", {1024, 1024}, 2},
     {OP_MM, "sgemm", "2048", {2048, 2048}, 2},
     {OP_MM, "sgemm", "4096", {4096, 4096}, 2},
+    /* a linear layer's forward without bias, x [M, K] @ W^T (W [N, K]), shape {M, N, K}: the
+     * fully connected layers of FCN-S (batch 64) and AlexNet-S (batch 16) */
+    {OP_LINEAR, "linear", "64x2048x26752", {64, 2048, 26752}, 3},
+    {OP_LINEAR, "linear", "64x26752x2048", {64, 26752, 2048}, 3},
+    {OP_LINEAR, "linear", "64x2048x2048", {64, 2048, 2048}, 3},
+    {OP_LINEAR, "linear", "16x4096x9216", {16, 4096, 9216}, 3},
+    {OP_LINEAR, "linear", "16x4096x4096", {16, 4096, 4096}, 3},
     {OP_ADD, "add", "2^22", {1 << 22}, 1},
     {OP_ADD, "add", "2^24", {1 << 24}, 1},
     {OP_MUL, "mul", "2^22", {1 << 22}, 1},
@@ -108,6 +115,7 @@ static nb_tensor *run_op(const bench_case *c, nb_tensor *a, nb_tensor *b) {
     static const int64_t last[1] = {-1};
     switch (c->kind) {
     case OP_MM: return nb_mm(a, b);
+    case OP_LINEAR: return nb_linear(a, b, NULL);
     case OP_ADD: return nb_add(a, b);
     case OP_MUL: return nb_mul(a, b);
     case OP_SUM_ALL: return nb_sum(a, NULL, 0, false);
@@ -124,6 +132,7 @@ static double work_per_run(const bench_case *c) {
     for (int i = 0; i < c->ndim; i++) n *= (double)c->shape[i];
     switch (c->kind) {
     case OP_MM: return 2.0 * (double)c->shape[0] * (double)c->shape[0] * (double)c->shape[0];
+    case OP_LINEAR: return 2.0 * (double)c->shape[0] * (double)c->shape[1] * (double)c->shape[2];
     case OP_ADD:
     case OP_MUL: return 3.0 * 4.0 * n;
     case OP_SUM_ALL: return 4.0 * n + 4.0;
@@ -147,17 +156,18 @@ static double time_once(const bench_case *c, nb_tensor *a, nb_tensor *b) {
 static void print_result(const bench_case *c, int threads, double med, double lo, double hi, int reps,
                          double other) {
     printf("nabla,%s,%s,%d,%s,%.4g,%.4g,%.4g,%d,%.2f\n", c->op, c->size, threads,
-           c->kind == OP_MM ? "GFLOP/s" : "GB/s", med, lo, hi, reps, other);
+           c->kind == OP_MM || c->kind == OP_LINEAR ? "GFLOP/s" : "GB/s", med, lo, hi, reps, other);
     fflush(stdout);
 }
 
 static int bench_one(const bench_case *c, const options *o) {
     nb_scope *outer = nb_scope_begin();
-    nb_tensor *a = nb_rand(c->shape, c->ndim, NULL);
-    nb_tensor *b = (c->kind == OP_MM || c->kind == OP_ADD || c->kind == OP_MUL)
-                       ? nb_rand(c->shape, c->ndim, NULL)
-                       : NULL;
-    int ok = a && (b || !(c->kind == OP_MM || c->kind == OP_ADD || c->kind == OP_MUL));
+    bool lin = c->kind == OP_LINEAR, two = c->kind == OP_MM || lin || c->kind == OP_ADD || c->kind == OP_MUL;
+    nb_tensor *a = lin ? nb_rand((int64_t[]){c->shape[0], c->shape[2]}, 2, NULL) : nb_rand(c->shape, c->ndim, NULL);
+    nb_tensor *b = lin   ? nb_rand((int64_t[]){c->shape[1], c->shape[2]}, 2, NULL)
+                   : two ? nb_rand(c->shape, c->ndim, NULL)
+                         : NULL;
+    int ok = a && (b || !two);
     double *t = NULL;
     int reps = 0;
     double busy0 = machine_busy_s(), own0 = own_cpu_s(), wall0 = now_s();
@@ -213,7 +223,7 @@ static int op_selected(const char *ops, const char *op) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nabla_micro [--threads N] [--ops sgemm,add,mul,sum_all,sum_lastdim,softmax,to_channels_last]\n"
+            "usage: nabla_micro [--threads N] [--ops sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,to_channels_last]\n"
             "                   [--min-reps N] [--max-reps N] [--target-s S] [--warmup-s S]\n"
             "Prints impl,op,size,threads,unit,median,min,max,reps,other_cpu per case (bench/micro.c).\n");
 }

@@ -24,6 +24,11 @@ CASES = [
     ("sgemm", "1024", (1024, 1024), "mm"),
     ("sgemm", "2048", (2048, 2048), "mm"),
     ("sgemm", "4096", (4096, 4096), "mm"),
+    ("linear", "64x2048x26752", (64, 2048, 26752), "linear"),
+    ("linear", "64x26752x2048", (64, 26752, 2048), "linear"),
+    ("linear", "64x2048x2048", (64, 2048, 2048), "linear"),
+    ("linear", "16x4096x9216", (16, 4096, 9216), "linear"),
+    ("linear", "16x4096x4096", (16, 4096, 4096), "linear"),
     ("add", "2^22", (1 << 22,), "add"),
     ("add", "2^24", (1 << 24,), "add"),
     ("mul", "2^22", (1 << 22,), "mul"),
@@ -39,6 +44,7 @@ CASES = [
 
 OPS = {
     "mm": lambda a, b: torch.mm(a, b),
+    "linear": lambda a, b: torch.nn.functional.linear(a, b),
     "add": lambda a, b: torch.add(a, b),
     "mul": lambda a, b: torch.mul(a, b),
     "sum_all": lambda a, b: torch.sum(a),
@@ -72,6 +78,8 @@ def work_per_run(shape, kind):
     n = math.prod(shape)
     if kind == "mm":
         return 2.0 * shape[0] ** 3
+    if kind == "linear":
+        return 2.0 * shape[0] * shape[1] * shape[2]
     if kind in ("add", "mul"):
         return 3.0 * 4.0 * n
     if kind == "sum_all":
@@ -90,8 +98,12 @@ def time_once(fn, a, b):
 
 def bench_one(op, size, shape, kind, args):
     fn = OPS[kind]
-    a = torch.rand(shape, dtype=torch.float32)
-    b = torch.rand(shape, dtype=torch.float32) if kind in ("mm", "add", "mul") else None
+    if kind == "linear":  # shape (M, N, K): x [M, K], W [N, K]
+        a = torch.rand((shape[0], shape[2]), dtype=torch.float32)
+        b = torch.rand((shape[1], shape[2]), dtype=torch.float32)
+    else:
+        a = torch.rand(shape, dtype=torch.float32)
+        b = torch.rand(shape, dtype=torch.float32) if kind in ("mm", "add", "mul") else None
     busy0, own0, wall0 = machine_busy_s(), own_cpu_s(), now()
     w0, i, last = now(), 0, 0.0
     while i < 2 or now() - w0 < args.warmup_s:
@@ -108,7 +120,7 @@ def bench_one(op, size, shape, kind, args):
         if -0.05 < other < 0:
             other = 0.0  # clock-tick rounding
     w = work_per_run(shape, kind) * 1e-9
-    unit = "GFLOP/s" if kind == "mm" else "GB/s"
+    unit = "GFLOP/s" if kind in ("mm", "linear") else "GB/s"
     print(f"torch,{op},{size},{args.threads},{unit},{w / med:.4g},{w / t[-1]:.4g},{w / t[0]:.4g},{reps},{other:.2f}",
           flush=True)
 
@@ -123,7 +135,7 @@ def blas_info():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--ops", default=None, help="comma-separated: sgemm,add,mul,sum_all,sum_lastdim,softmax,to_channels_last")
+    p.add_argument("--ops", default=None, help="comma-separated: sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,to_channels_last")
     p.add_argument("--min-reps", type=int, default=10)
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--target-s", type=float, default=0.5)

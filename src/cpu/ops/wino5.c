@@ -116,28 +116,25 @@ static void weight_transform(const float *w, int64_t ci, int64_t co, bool flippe
         (void)(rs);                                                                                \
     } while (0)
 
-/* V[xi][row][c..c+15] for tile t (image b, tile row ty, column tx) of the [n, h, w, C] input. */
-__attribute__((target("avx512f"))) static void input_tile(const wgeom *g, const float *x, int64_t t, float *V,
-                                                          int64_t row)
+/* V[xi][row][c..c+15] for tile t (image b, tile row ty, column tx) of the [n, h, w, C] input;
+ * points outside the image read from zeros (C zeros), so the loads take no branches. */
+__attribute__((target("avx512f"))) static void input_tile(const wgeom *g, const float *x, const float *zeros,
+                                                          int64_t t, float *V, int64_t row)
 {
     int64_t per = g->th * g->tw, b = t / per, ty = t % per / g->tw, tx = t % g->tw;
     int64_t y0 = 2 * ty - 2, x0 = 2 * tx - 2, C = g->ci, stride = g->vs;
-    bool inside = y0 >= 0 && x0 >= 0 && y0 + 6 <= g->h && x0 + 6 <= g->w;
-    const float *base = x + ((b * g->h + y0) * g->w + x0) * C;
+    const float *src[36];
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) {
+            int64_t y = y0 + i, xx = x0 + j;
+            bool in = y >= 0 && y < g->h && xx >= 0 && xx < g->w;
+            src[i * 6 + j] = in ? x + ((b * g->h + y) * g->w + xx) * C : zeros;
+        }
     for (int64_t c = 0; c < C; c += VL) {
         __m512 tr[36]; /* B^T along y, column by column: tr[i * 6 + j] */
         for (int j = 0; j < 6; j++) {
-            __m512 d[6];
-            const float *p = base + j * C + c;
-            if (inside) {
-                for (int i = 0; i < 6; i++) d[i] = _mm512_loadu_ps(p + i * g->w * C);
-            } else {
-                bool col = x0 + j >= 0 && x0 + j < g->w;
-                for (int i = 0; i < 6; i++)
-                    d[i] = col && y0 + i >= 0 && y0 + i < g->h ? _mm512_loadu_ps(p + i * g->w * C)
-                                                                : _mm512_setzero_ps();
-            }
-            __m512 o[6];
+            __m512 d[6], o[6];
+            for (int i = 0; i < 6; i++) d[i] = _mm512_loadu_ps(src[i * 6 + j] + c);
             BT6(d, 1, o, 1);
             for (int i = 0; i < 6; i++) tr[i * 6 + j] = o[i];
         }
@@ -239,9 +236,11 @@ static nb_status forward_pass(const wgeom *g, const float *x, const float *U, co
 {
     int64_t nblocks = (g->tiles + g->tb - 1) / g->tb;
     int nt = nb_cpu_threads_for(nblocks, 1);
-    size_t per = (size_t)(NXI * (g->vs + g->ms)), bytes = per * (size_t)nt * sizeof(float);
+    size_t per = (size_t)(NXI * (g->vs + g->ms)), bytes = (per * (size_t)nt + (size_t)g->ci) * sizeof(float);
     float *buf = nb_cpu_alloc(bytes);
     if (!buf) return nb__err(NB_ERR_OOM, "conv2d (Winograd 5x5): out of memory for %zu bytes of scratch", bytes);
+    float *zeros = buf + per * (size_t)nt;
+    memset(zeros, 0, (size_t)g->ci * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
 #ifdef _OPENMP
@@ -253,7 +252,7 @@ static nb_status forward_pass(const wgeom *g, const float *x, const float *U, co
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; blk++) {
             int64_t t0 = blk * g->tb, nt_ = g->tiles - t0 < g->tb ? g->tiles - t0 : g->tb;
-            for (int64_t r = 0; r < nt_; r++) input_tile(g, x, t0 + r, V, r);
+            for (int64_t r = 0; r < nt_; r++) input_tile(g, x, zeros, t0 + r, V, r);
             zero_rows(g, V, nt_, g->ci);
             for (int xi = 0; xi < NXI; xi++)
                 block_product(V + xi * g->vs, U + xi * g->ci * g->co, M + xi * g->ms,
@@ -399,7 +398,8 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
     int64_t nblocks = (g->tiles + g->tb - 1) / g->tb;
     int nt = nb_cpu_threads_for(nblocks, 1);
     size_t nu = (size_t)(NXI * g->ci * g->co), acc = nu + (size_t)g->co; /* dU, then the bias sum */
-    size_t per = (size_t)(NXI * (g->vs + g->ms)) + acc, bytes = per * (size_t)nt * sizeof(float);
+    size_t per = (size_t)(NXI * (g->vs + g->ms)) + acc;
+    size_t bytes = (per * (size_t)nt + (size_t)g->ci) * sizeof(float);
     size_t dbytes = acc * (size_t)nt * sizeof(double);
     float *buf = nb_cpu_alloc(bytes);
     double *tot = buf ? nb_cpu_alloc(dbytes) : NULL;
@@ -408,6 +408,8 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
         return nb__err(NB_ERR_OOM, "conv2d_backward_weight (Winograd 5x5): out of memory for %zu bytes of scratch",
                        bytes + dbytes);
     }
+    float *zeros = buf + per * (size_t)nt;
+    memset(zeros, 0, (size_t)g->ci * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
 #ifdef _OPENMP
@@ -425,7 +427,7 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
         for (int64_t blk = 0; blk < nblocks; blk++) {
             int64_t t0 = blk * g->tb, n = g->tiles - t0 < g->tb ? g->tiles - t0 : g->tb;
             for (int64_t r = 0; r < n; r++) {
-                input_tile(g, x, t0 + r, V, r);
+                input_tile(g, x, zeros, t0 + r, V, r);
                 grad_tile(g, gy, t0 + r, dM, r, bs);
             }
             for (int xi = 0; xi < NXI; xi++)
