@@ -47,13 +47,13 @@ typedef struct wgeom {
     int64_t vs, ms;                 /* floats between the 36 matrices of V (ci wide) and of M (co) */
 } wgeom;
 
-static wgeom wgeom_of(int64_t n, int64_t h, int64_t w, int64_t ci, int64_t co)
+static wgeom wgeom_of(int64_t n, int64_t h, int64_t w, int64_t ci, int64_t co, int64_t min_tb)
 {
     wgeom g = {.n = n, .h = h, .w = w, .th = (h + 1) / 2, .tw = (w + 1) / 2, .ci = ci, .co = co};
     g.tiles = n * g.th * g.tw;
     /* V and M of a block in about 512 KiB (half of Zen 4's L2) */
     int64_t tb = (512 * 1024) / (NXI * 4 * (ci + co)) / ROWS * ROWS;
-    g.tb = tb < ROWS ? ROWS : tb > 16 * ROWS ? 16 * ROWS : tb;
+    g.tb = tb < min_tb ? min_tb : tb > 16 * ROWS ? 16 * ROWS : tb;
     /* one cache line more than the matrix: tb * C * 4 bytes is often a multiple of 2 KiB, which
      * would put the 36 matrices' rows in the same few L1 sets */
     g.vs = g.tb * ci + VL;
@@ -72,32 +72,43 @@ static const float G[6][5] = {
     {0, 0, 0, 0, 1},
 };
 
-/* U[xi][i][o] = (G g G^T)[xi] for the filter g of output channel o and input channel i of this
- * pass: w[o][i] as it is (forward), or, flipped, w[i][o] rotated by 180 degrees (the input
- * gradient's pass, whose inputs are the forward's outputs). w is OIHW of the forward. */
-static void weight_transform(const float *w, int64_t ci, int64_t co, bool flipped, float *U)
+/* U[xi][p][q] = (G g G^T)[xi] for the filter g that takes the pass's input channel p to its
+ * output channel q: the forward's w[q][p] (pass = forward, p < c, q < oc), or, flipped, w[p][q]
+ * rotated by 180 degrees (the input gradient's pass, p < oc, q < c). w is OIHW [oc][c][5][5]. The
+ * c * oc filters are first laid out as wt[k][pair], pair = p * (pass outputs) + q, then
+ * transformed 16 pairs to a vector (c * oc is a multiple of 256). */
+__attribute__((target("avx512f"))) static void weight_transform(const float *w, int64_t c, int64_t oc, bool flipped,
+                                                                float *wt, float *U)
 {
-    int nt = nb_cpu_threads_for(ci * co * 25 * 36, NB_CPU_GRAIN);
-#pragma omp parallel for collapse(2) num_threads(nt)
-    for (int64_t o = 0; o < co; o++)
-        for (int64_t i = 0; i < ci; i++) {
-            float g[5][5], t[6][5];
-            for (int y = 0; y < 5; y++)
-                for (int x = 0; x < 5; x++)
-                    g[y][x] = flipped ? w[((i * co + o) * 5 + (4 - y)) * 5 + (4 - x)] : w[((o * ci + i) * 5 + y) * 5 + x];
+    int64_t pairs = c * oc;
+    int nt = nb_cpu_threads_for(pairs * 25 * 36, NB_CPU_GRAIN);
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t f = 0; f < pairs; f++) { /* f = w's pair, o * c + i */
+            int64_t o = f / c, i = f % c, pair = flipped ? f : i * oc + o;
+            for (int k = 0; k < 25; k++) wt[k * pairs + pair] = w[f * 25 + (flipped ? 24 - k : k)];
+        }
+#pragma omp for schedule(static)
+        for (int64_t p0 = 0; p0 < pairs; p0 += VL) {
+            __m512 g[25], t[6][5];
+            for (int k = 0; k < 25; k++) g[k] = _mm512_loadu_ps(wt + k * pairs + p0);
             for (int a = 0; a < 6; a++)
                 for (int x = 0; x < 5; x++) {
-                    float s = 0;
-                    for (int y = 0; y < 5; y++) s += G[a][y] * g[y][x];
-                    t[a][x] = s;
+                    __m512 acc = _mm512_setzero_ps();
+                    for (int y = 0; y < 5; y++)
+                        if (G[a][y] != 0) acc = _mm512_fmadd_ps(_mm512_set1_ps(G[a][y]), g[y * 5 + x], acc);
+                    t[a][x] = acc;
                 }
             for (int a = 0; a < 6; a++)
                 for (int b = 0; b < 6; b++) {
-                    float s = 0;
-                    for (int x = 0; x < 5; x++) s += t[a][x] * G[b][x];
-                    U[((int64_t)(a * 6 + b) * ci + i) * co + o] = s;
+                    __m512 acc = _mm512_setzero_ps();
+                    for (int x = 0; x < 5; x++)
+                        if (G[b][x] != 0) acc = _mm512_fmadd_ps(_mm512_set1_ps(G[b][x]), t[a][x], acc);
+                    _mm512_storeu_ps(U + (a * 6 + b) * pairs + p0, acc);
                 }
         }
+    }
 }
 
 /* B^T d for six vectors d[0..5] (stride ds), into r[0..5] (stride rs). */
@@ -346,37 +357,50 @@ __attribute__((target("avx512f"))) static void block_product_t(const float *V, c
     }
 }
 
-/* gw = G^T dU G per (o, i) from the [36][ci][co] sum dU; OIHW. */
-static void weight_grad_transform(const double *dU, int64_t ci, int64_t co, float *gw)
+/* gw = G^T dU G per filter from the [36][ci][co] double sums dU (pair = i * co + o), 8 pairs to a
+ * vector, through gt[k][pair] (scratch, 25 ci co doubles) into OIHW. */
+__attribute__((target("avx512f"))) static void weight_grad_transform(const double *dU, int64_t ci, int64_t co,
+                                                                     double *gt, float *gw)
 {
-    int nt = nb_cpu_threads_for(ci * co * 25 * 36, NB_CPU_GRAIN);
-#pragma omp parallel for collapse(2) num_threads(nt)
-    for (int64_t o = 0; o < co; o++)
-        for (int64_t i = 0; i < ci; i++) {
-            double t[5][6];
+    int64_t pairs = ci * co;
+    int nt = nb_cpu_threads_for(pairs * 25 * 36, NB_CPU_GRAIN);
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t p0 = 0; p0 < pairs; p0 += 8) {
+            __m512d t[5][6];
             for (int y = 0; y < 5; y++)
                 for (int b = 0; b < 6; b++) {
-                    double s = 0;
-                    for (int a = 0; a < 6; a++) s += (double)G[a][y] * dU[((int64_t)(a * 6 + b) * ci + i) * co + o];
-                    t[y][b] = s;
+                    __m512d acc = _mm512_setzero_pd();
+                    for (int a = 0; a < 6; a++)
+                        if (G[a][y] != 0)
+                            acc = _mm512_fmadd_pd(_mm512_set1_pd((double)G[a][y]),
+                                                  _mm512_loadu_pd(dU + (a * 6 + b) * pairs + p0), acc);
+                    t[y][b] = acc;
                 }
             for (int y = 0; y < 5; y++)
                 for (int x = 0; x < 5; x++) {
-                    double s = 0;
-                    for (int b = 0; b < 6; b++) s += t[y][b] * (double)G[b][x];
-                    gw[((o * ci + i) * 5 + y) * 5 + x] = (float)s;
+                    __m512d acc = _mm512_setzero_pd();
+                    for (int b = 0; b < 6; b++)
+                        if (G[b][x] != 0) acc = _mm512_fmadd_pd(_mm512_set1_pd((double)G[b][x]), t[y][b], acc);
+                    _mm512_storeu_pd(gt + (y * 5 + x) * pairs + p0, acc);
                 }
         }
+#pragma omp for schedule(static)
+        for (int64_t f = 0; f < pairs; f++) { /* f = gw's pair, o * ci + i */
+            int64_t o = f / ci, i = f % ci;
+            for (int k = 0; k < 25; k++) gw[f * 25 + k] = (float)gt[k * pairs + i * co + o];
+        }
+    }
 }
 
-/* The weight gradient: per block of tiles, V and dM; their 36 products and the bias sum are
- * summed in float over FLUSH blocks, then added to the thread's double totals; the threads'
- * totals are added in a fixed order.
- * The transformed values are up to about 100x the gradient they make up (B^T and A's entries
- * reach 5 and 2 per dimension), so a float running sum over all the batch's tiles lost two more
- * digits than the direct kernels (relative error 4e-5 against 6e-7 on 64 15x15 images); with
- * the per-block sums added in double it is 1e-6 (tests/test_conv_algo.c). */
 #define FLUSH 4
+
+/* At least this many tiles per block in the weight gradient's pass, though V and dM then exceed
+ * the 512 KiB: each block reads and writes the [36][ci][co] sums once, which for many channels
+ * costs more than the block's products (16, 96 -> 256, 27x27, one thread: 98 ms with blocks of
+ * 12, 89 with 48, 111 with 96; 1024, 32 -> 32, 15x15: 80, 76, 84). */
+#define MIN_TB_WEIGHTS 48
 
 /* tot += part; part = 0. */
 __attribute__((target("avx512f"))) static void flush(double *restrict tot, float *restrict part, size_t n)
@@ -400,7 +424,7 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
     size_t nu = (size_t)(NXI * g->ci * g->co), acc = nu + (size_t)g->co; /* dU, then the bias sum */
     size_t per = (size_t)(NXI * (g->vs + g->ms)) + acc;
     size_t bytes = (per * (size_t)nt + (size_t)g->ci) * sizeof(float);
-    size_t dbytes = acc * (size_t)nt * sizeof(double);
+    size_t dbytes = (acc * (size_t)nt + 25 * nu / NXI) * sizeof(double); /* and gt */
     float *buf = nb_cpu_alloc(bytes);
     double *tot = buf ? nb_cpu_alloc(dbytes) : NULL;
     if (!tot) {
@@ -443,7 +467,7 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
         const double *src = tot + acc * (size_t)k;
         for (size_t e = 0; e < acc; e++) tot[e] += src[e];
     }
-    weight_grad_transform(tot, g->ci, g->co, gw);
+    weight_grad_transform(tot, g->ci, g->co, tot + acc * (size_t)nt, gw);
     if (gb)
         for (int64_t o = 0; o < g->co; o++) gb[o] = (float)tot[nu + (size_t)o];
     nb_cpu_free(tot, dbytes);
@@ -456,11 +480,11 @@ static nb_status with_filters(const nb_conv_geom *cg, const float *w, bool flipp
 {
     g_runs++;
     int64_t ci = flipped ? cg->oc : cg->c, co = flipped ? cg->c : cg->oc;
-    size_t bytes = (size_t)(NXI * ci * co) * sizeof(float);
+    size_t bytes = (size_t)((NXI + 25) * ci * co) * sizeof(float);
     float *U = nb_cpu_alloc(bytes);
     if (!U) return nb__err(NB_ERR_OOM, "conv2d (Winograd 5x5): out of memory for %zu bytes of filters", bytes);
-    weight_transform(w, cg->c, cg->oc, flipped, U);
-    wgeom g = wgeom_of(cg->n, cg->h, cg->w, ci, co);
+    weight_transform(w, cg->c, cg->oc, flipped, U + NXI * ci * co, U);
+    wgeom g = wgeom_of(cg->n, cg->h, cg->w, ci, co, ROWS);
     nb_status st = forward_pass(&g, in, U, bias, relu, out);
     nb_cpu_free(U, bytes);
     return st;
@@ -480,7 +504,7 @@ nb_status nb__wino5_backward_data(const nb_conv_geom *g, const float *gy, const 
 nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
     g_runs++;
-    wgeom wg = wgeom_of(g->n, g->h, g->w, g->c, g->oc);
+    wgeom wg = wgeom_of(g->n, g->h, g->w, g->c, g->oc, MIN_TB_WEIGHTS);
     return weights_pass(&wg, gy, x, gw, gb);
 }
 
