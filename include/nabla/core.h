@@ -123,8 +123,8 @@ NB_API int nb_get_num_threads(void);
  *   output's scale (its gradients alike), where the direct kernels differ from float64 by 1e-7.
  *   5x5 convolutions with stride 1 and padding 2 on channels-last float32 activations (channels
  *   in and out multiples of 16, CPUs with AVX-512) run nabla's own Winograd F(2x2, 5x5), 2.8x
- *   fewer multiplications, under auto from 32 channels in and out, at most 32,768 channel
- *   pairs and 1,024 output tiles of 2x2 over the batch; its results are within about 1e-5 of
+ *   fewer multiplications, under auto from 32 channels in and out, at most 65,536 channel
+ *   pairs and 256 output tiles of 2x2 over the batch; its results are within about 1e-5 of
  *   the output's (and gradients') scale from float64.
  * - NB_CONV_ALGO_DIRECT: direct kernels only (the algorithm of PyTorch's CPU convolutions).
  * - NB_CONV_ALGO_WINOGRAD: Winograd wherever oneDNN or nabla has it, direct elsewhere.

@@ -8,7 +8,7 @@
 
 /* Whether the convolution g runs on these kernels under algo: never under direct; under
  * winograd whenever its geometry fits; under auto when it also has from 32 channels in and out,
- * at most 32,768 (input, output) channel pairs and at least 1,024 output tiles of 2x2 over the
+ * at most 65,536 (input, output) channel pairs and at least 256 output tiles of 2x2 over the
  * batch (where it was measured faster in all three directions, see wino5.c). */
 bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo);
 

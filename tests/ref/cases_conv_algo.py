@@ -43,7 +43,7 @@ def build():
     _case(t, "c48_oc64_pad1_big", 4, 48, 64, 20, 20, 1, 1, True)
     _case(t, "c16_oc16_pad1_many", 4, 16, 16, 16, 16, 1, 1, True)
     _case(t, "c32_oc32_stride2", 2, 32, 32, 10, 10, 2, 1, True)
-    # 5x5: auto takes Winograd from 32 channels in and out and 1,024 tiles of 2x2 over the batch
+    # 5x5: auto takes Winograd from 32 channels in and out and 256 tiles of 2x2 over the batch
     _case(t, "k5_c32_oc32_bias", 16, 32, 32, 15, 15, 1, 2, True, k=5)
     _case(t, "k5_c32_oc32_few", 3, 32, 32, 15, 15, 1, 2, True, k=5)
     _case(t, "k5_c16_oc48_relu_odd", 2, 16, 48, 7, 9, 1, 2, True, relu=True, k=5)

@@ -536,16 +536,16 @@ nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, con
 #endif
 
 /* auto's bounds, from one thread's times of the three directions, direct (oneDNN) against these
- * kernels (ms; N, C -> OC, H x W): 1024, 32 -> 32, 15x15 96/94/95 against 69/67/74; 16, 96 ->
- * 256, 27x27 123/122/133 against 68/74/114; 32, 128 -> 128, 16x16 52/53/53 against 31/30/42;
- * 16, 32 -> 32, 16x16 (1,024 tiles) 1.70/1.67/1.72 against 1.35/1.19/1.65. Slower: below about
- * a thousand tiles, where the per-call filter transforms and the weight gradient's sums dominate
- * (8, 32 -> 32, 16x16, 512 tiles: 0.89 against 1.02 for the weight gradient; 16, 64 -> 64, 8x8:
- * 1.6 against 1.8 forward), and with many channel pairs, whose 36 transformed filters per pair
- * no longer stay in cache beside a block (16, 256 -> 256, 14x14: weight gradient 103 against
- * 208; 8, 512 -> 512, 7x7 55 against 188 forward). */
-#define AUTO_MIN_TILES 1024
-#define AUTO_MAX_CHANNEL_PAIRS 32768
+ * kernels (`nabla_conv5 N C H OC`, ms; N, C -> OC, H x W): 1024, 32 -> 32, 15x15 92/94/99 against
+ * 72/72/80; 16, 96 -> 256, 27x27 117/121/132 against 60/66/79; 16, 256 -> 256, 14x14 86/87/102
+ * against 51/51/92; 8, 32 -> 32, 16x16 (512 tiles) 0.80/0.78/0.81 against 0.53/0.60/0.69; 16,
+ * 64 -> 64, 8x8 (256 tiles) 1.45/1.39/1.76 against 1.17/1.39/1.64. Slower: with fewer tiles, where
+ * the per-call filter transforms and the weight gradient's sums dominate (4, 64 -> 64, 8x8, 64
+ * tiles: 0.36/0.37/0.37 against 0.46/0.73/0.68; 2, 32 -> 32, 16x16, 128 tiles: input gradient
+ * 0.20 against 0.24), and with many channel pairs, whose 36 transformed filters per pair no longer
+ * stay in cache beside a block (8, 512 -> 512, 7x7: 55/45/58 against 136/126/107). */
+#define AUTO_MIN_TILES 256
+#define AUTO_MAX_CHANNEL_PAIRS 65536
 
 bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo)
 {
