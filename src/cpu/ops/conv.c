@@ -3,8 +3,9 @@
  * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
- * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c); float64, and float32 when oneDNN is switched off, run the reference
- * loops below (in either layout), which the oneDNN path is tested against. */
+ * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c); float64,
+ * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
+ * which the oneDNN path is tested against. */
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
