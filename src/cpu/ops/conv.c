@@ -3,10 +3,14 @@
  * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
- * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c); float64,
+ * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), and the
+ * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
+#include <stdlib.h>
 #include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
 
 #include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
@@ -180,6 +184,52 @@ static nb_status backward_data(const nb_kargs *a)
     return NB_OK;
 }
 
+/* A 1x1 stride-1 unpadded ungrouped convolution on channels-last activations is a matrix product
+ * over the P = n h w pixels, so its weight gradient is gw [oc, c] = gy^T x (gy [P, oc], x [P, c]).
+ * oneDNN's sgemm does that faster than its convolution: ResNet-50's 1x1 layers at batch 16, one
+ * thread, ms, convolution -> sgemm (`nabla_conv_layout N C H OC 1 nhwc 1` against the same TN
+ * product): 64 -> 256 at 56x56 33.5 -> 18.1; 256 -> 64 20.2 -> 17.7; 256 -> 512 at 28x28 41.7 ->
+ * 35.0; 512 -> 128 17.5 -> 16.5; 1024 -> 256 at 14x14 17.6 -> 17.0; 256 -> 1024 20.9 -> 17.4;
+ * 2048 -> 512 at 7x7 17.2 -> 16.1 (2 threads: 16.5 -> 11.0, 20.6 -> 16.6, 10.1 -> 8.8, 10.4 ->
+ * 9.8). The forward and the input gradient stay on the convolution, which was as fast or faster
+ * on most of these layers. */
+static bool pointwise_cl(const nb_conv_geom *g)
+{
+    return g->cl && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+           g->groups == 1 && g->oh == g->h && g->ow == g->w;
+}
+
+/* Rows of gy per block of the bias gradient's sums: blocks are summed in double and added in
+ * order, so the result does not depend on the thread count. */
+#define BIAS_ROWS 256
+
+static nb_status pointwise_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
+{
+    int64_t P = g->n * g->h * g->w, oc = g->oc;
+    NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
+                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, gw, g->c)));
+    if (!gb) return NB_OK;
+    int64_t nblk = (P + BIAS_ROWS - 1) / BIAS_ROWS;
+    double *part = calloc((size_t)(nblk * oc), sizeof *part);
+    if (!part)
+        return nb__err(NB_ERR_OOM, "conv2d_backward_weight: out of memory for the bias gradient's %lld sums",
+                       (long long)(nblk * oc));
+#pragma omp parallel for num_threads(nb_cpu_threads_for(P * oc, NB_CPU_GRAIN))
+    for (int64_t b = 0; b < nblk; b++) {
+        double *acc = part + b * oc;
+        int64_t r1 = (b + 1) * BIAS_ROWS < P ? (b + 1) * BIAS_ROWS : P;
+        for (int64_t r = b * BIAS_ROWS; r < r1; r++)
+            for (int64_t o = 0; o < oc; o++) acc[o] += (double)gy[r * oc + o];
+    }
+    for (int64_t o = 0; o < oc; o++) {
+        double s = 0;
+        for (int64_t b = 0; b < nblk; b++) s += part[b * oc + o];
+        gb[o] = (float)s;
+    }
+    free(part);
+    return NB_OK;
+}
+
 static nb_status backward_weights(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[1], a->out, a->in[0], a->i0, a->i1);
@@ -190,6 +240,8 @@ static nb_status backward_weights(const nb_kargs *a)
     }
     if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
         return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    if (nb__dnnl_enabled() && pointwise_cl(&g))
+        return pointwise_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
                                               a->flag);
