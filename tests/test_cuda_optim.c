@@ -104,6 +104,14 @@ static void test_clip(void **state)
     NBT_OK(nb_clip_grad_norm_(&dp, 1, 5, 2, &td));
     assert_true(fabs(th - td) <= 1e-5 * th);
     nbt_assert_close(NBT_CHECK(nb_to(nb_tensor_grad(dp), nb_cpu())), nb_tensor_grad(hp), 1e-6, 1e-6, "clipped grad");
+    /* no norm asked for: the coefficient is made on the device, nothing is read back */
+    nb_tensor *g2 = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn(sh, 2, NULL)), 3)); /* norm about 100 */
+    NBT_OK(nb_tensor_set_grad(dp, NBT_CHECK(nb_to(g2, NBT_CUDA0))));
+    NBT_OK(nb_tensor_set_grad(hp, g2));
+    NBT_OK(nb_clip_grad_norm_(&hp, 1, 5, 2, NULL));
+    NBT_OK(nb_clip_grad_norm_(&dp, 1, 5, 2, NULL));
+    nbt_assert_close(NBT_CHECK(nb_to(nb_tensor_grad(dp), nb_cpu())), nb_tensor_grad(hp), 1e-6, 1e-6,
+                     "clipped grad (no norm read back)");
     nb_tensor_free(dp);
     nb_scope_end(s);
 }

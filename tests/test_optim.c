@@ -8,6 +8,7 @@
 
 #include "nbtest.h"
 #include "nabla/optim.h"
+#include "optim/optim_impl.h"
 
 #define STEPS 5
 #define NPARAM 2
@@ -229,6 +230,39 @@ static void test_clip_edge_cases(void **state)
     NBT_FAILS(nb_clip_grad_value_(&p, 1, -0.5) != NB_OK, NB_ERR_INVALID_ARG, "clip_grad_value_", "-0.5", NULL);
     nb_tensor *null_p = NULL;
     NBT_FAILS(nb_clip_grad_value_(&null_p, 1, 0.5) != NB_OK, NB_ERR_INVALID_ARG, "params[0] is NULL", NULL);
+    nb_scope_end(sc);
+}
+
+/* The device-side coefficient (nb__clip_coef, what clip_grad_norm_ uses on device gradients when
+ * no norm is asked for), here on CPU tensors, against min(1, max_norm / (total + 1e-6)) by hand. */
+static void test_clip_coef(void **state)
+{
+    (void)state;
+    nb_scope *sc = nb_scope_begin();
+    /* acc = sum |g|^p (max |g| for p = inf), p, max_norm, the coefficient */
+    static const double cases[][4] = {
+        {100, 2, 5, 5 / (10 + 1e-6)},   /* norm 10: clipped */
+        {4, 2, 5, 1},                   /* norm 2: not */
+        {0, 2, 5, 1},                   /* no gradient at all */
+        {27, 3, 1, 1 / (3 + 1e-6)},     /* p = 3: norm 27^(1/3) = 3 */
+        {8, INFINITY, 2, 2 / (8 + 1e-6)}, /* max-abs 8 */
+        {INFINITY, 2, 5, 0},            /* an infinite gradient zeroes them all */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nb_tensor_params tp = nb_tensor_params_default();
+        tp.dtype = NB_FLOAT64;
+        nb_tensor *acc = NBT_CHECK(nb_full(NULL, 0, cases[i][0], &tp));
+        nb_tensor *c = NBT_CHECK(nb__clip_coef(acc, cases[i][1], cases[i][2]));
+        double got = 0;
+        NBT_OK(nb_item(c, &got));
+        if (!(fabs(got - cases[i][3]) <= 1e-12 * fabs(cases[i][3])))
+            fail_msg("clip coefficient case %zu: %.17g, expected %.17g", i, got, cases[i][3]);
+    }
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = NB_FLOAT64;
+    double got = 0;
+    NBT_OK(nb_item(NBT_CHECK(nb__clip_coef(NBT_CHECK(nb_full(NULL, 0, NAN, &tp)), 2, 5)), &got));
+    assert_true(isnan(got)); /* NaN stays NaN, as on the host path */
     nb_scope_end(sc);
 }
 
@@ -494,7 +528,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optim_reference), cmocka_unit_test(test_sched_reference),
         cmocka_unit_test(test_onecycle_past_end), cmocka_unit_test(test_clip_reference),
-        cmocka_unit_test(test_clip_edge_cases), cmocka_unit_test(test_state_roundtrip),
+        cmocka_unit_test(test_clip_edge_cases), cmocka_unit_test(test_clip_coef),
+        cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_sched_state), cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_zero_grad_and_refs), cmocka_unit_test(test_bad_state_dicts),
     };

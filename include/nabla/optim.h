@@ -90,7 +90,9 @@ NB_API nb_status nb_optim_load_state_dict(nb_optim *opt, const nb_tensor_map *m,
 /* Scales the grads of params (those that have one) by min(1, max_norm / (total + 1e-6)), where
  * total is the norm_type-norm of all grads together (norm_type INFINITY: the max-abs). Writes the
  * total norm (before clipping) to *total_norm_out when it is not NULL (0 when no grad is set).
- * max_norm < 0 or norm_type <= 0 is an error. */
+ * With total_norm_out NULL and every grad on one GPU, the coefficient is computed there and
+ * nothing is read back: the call does not wait for the GPU (as PyTorch's). max_norm < 0 or
+ * norm_type <= 0 is an error. */
 NB_API nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm,
                                     double norm_type, double *total_norm_out);
 /* Clamps every grad into [-clip, clip]; clip < 0 is an error. */

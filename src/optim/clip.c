@@ -53,6 +53,31 @@ static nb_status accumulate_on_device(const nb_tensor *g, double p, dev_acc *acc
     return accs[k].acc ? NB_OK : nb_last_status();
 }
 
+nb_tensor *nb__clip_coef(const nb_tensor *acc, double p, double max_norm)
+{
+    nb_tensor *t = isinf(p) ? nb_add_scalar(acc, 0) : p == 2 ? nb_sqrt(acc) : nb_pow_scalar(acc, 1 / p);
+    t = t ? nb_add_scalar(t, 1e-6) : NULL;
+    t = t ? nb_pow_scalar(t, -1) : NULL;
+    t = t ? nb_mul_scalar(t, max_norm) : NULL;
+    return t ? nb_clamp(t, -INFINITY, 1) : NULL;
+}
+
+/* Scales every grad by the coefficient made on the device from its one accumulator, without
+ * reading anything back (the caller did not ask for the norm). */
+static nb_status scale_on_device(nb_tensor *const *params, int n, const nb_tensor *acc, double p, double max_norm)
+{
+    nb_tensor *coef = nb__clip_coef(acc, p, max_norm), *as[2] = {NULL, NULL}; /* float32, float64 */
+    if (!coef) return nb_last_status();
+    for (int i = 0; i < n; i++) {
+        nb_tensor *g = params[i]->grad;
+        if (!g) continue;
+        int k = g->dtype == NB_FLOAT64;
+        if (!as[k] && !(as[k] = nb_to_dtype(coef, g->dtype))) return nb_last_status();
+        NB_TRY(nb_mul_(g, as[k]));
+    }
+    return NB_OK;
+}
+
 static nb_status check_grads(const char *op, nb_tensor *const *params, int n)
 {
     if (n < 0 || (n > 0 && !params)) return nb__err(NB_ERR_INVALID_ARG, "%s: bad parameter list (n = %d)", op, n);
@@ -79,6 +104,7 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
     double total = 0;
     dev_acc accs[16];
     int naccs = 0;
+    bool on_cpu = false;
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "%s: out of memory", op);
     for (int i = 0; i < n && st == NB_OK; i++) {
         if (!params[i]->grad) continue;
@@ -88,11 +114,19 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
             break;
         }
         if (g->storage->device.type == NB_DEVICE_CPU) {
+            on_cpu = true;
             double a = accumulate(g, norm_type);
             total = isinf(norm_type) ? nan_max(a, total) : total + a;
         } else {
             st = accumulate_on_device(g, norm_type, accs, &naccs, (int)(sizeof accs / sizeof *accs));
         }
+    }
+    if (st == NB_OK && !total_norm_out && !on_cpu && naccs == 1) {
+        /* all on one device and no norm wanted: no host synchronisation */
+        st = scale_on_device(params, n, accs[0].acc, norm_type, max_norm);
+        nb_scope_end(sc);
+        nb_set_grad_enabled(prev);
+        return st;
     }
     for (int k = 0; k < naccs && st == NB_OK; k++) {
         double a = 0;

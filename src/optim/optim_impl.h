@@ -56,4 +56,10 @@ nb_status nb__optim_ensure_buf(nb_optim *o, int i, int b);
 /* The threads for a loop over n elements (1 below the grain). */
 int nb__optim_threads(int64_t n);
 
+/* clip_grad_norm_'s coefficient min(1, max_norm / (total + 1e-6)) as a 0-dim tensor on acc's
+ * device and in its dtype, from acc = sum |g|^p (or max |g| when p is infinite), total = acc^(1/p):
+ * computed there, with no host read, so queued device work runs on (as PyTorch's clip_grad_norm_).
+ * NaN gives NaN, an infinite total 0. Scope-owned; NULL on failure. */
+nb_tensor *nb__clip_coef(const nb_tensor *acc, double p, double max_norm);
+
 #endif
