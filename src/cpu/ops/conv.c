@@ -7,7 +7,6 @@
  * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
-#include <stdlib.h>
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -199,35 +198,22 @@ static bool pointwise_cl(const nb_conv_geom *g)
            g->groups == 1 && g->oh == g->h && g->ow == g->w;
 }
 
-/* Rows of gy per block of the bias gradient's sums: blocks are summed in double and added in
- * order, so the result does not depend on the thread count. */
-#define BIAS_ROWS 256
-
-static nb_status pointwise_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
+/* gw by the product; gb (a->out2, may be NULL) as the reduce family's sum of gy over all but its
+ * channel dim. */
+static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a)
 {
     int64_t P = g->n * g->h * g->w, oc = g->oc;
+    const float *gy = ptr(a->in[0]), *x = ptr(a->in[1]);
     NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
-                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, gw, g->c)));
-    if (!gb) return NB_OK;
-    int64_t nblk = (P + BIAS_ROWS - 1) / BIAS_ROWS;
-    double *part = calloc((size_t)(nblk * oc), sizeof *part);
-    if (!part)
-        return nb__err(NB_ERR_OOM, "conv2d_backward_weight: out of memory for the bias gradient's %lld sums",
-                       (long long)(nblk * oc));
-#pragma omp parallel for num_threads(nb_cpu_threads_for(P * oc, NB_CPU_GRAIN))
-    for (int64_t b = 0; b < nblk; b++) {
-        double *acc = part + b * oc;
-        int64_t r1 = (b + 1) * BIAS_ROWS < P ? (b + 1) * BIAS_ROWS : P;
-        for (int64_t r = b * BIAS_ROWS; r < r1; r++)
-            for (int64_t o = 0; o < oc; o++) acc[o] += (double)gy[r * oc + o];
-    }
-    for (int64_t o = 0; o < oc; o++) {
-        double s = 0;
-        for (int64_t b = 0; b < nblk; b++) s += part[b * oc + o];
-        gb[o] = (float)s;
-    }
-    free(part);
-    return NB_OK;
+                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
+    if (!a->out2) return NB_OK;
+    nb_tensor *gb = nb__tensor_alias(a->out2, (int64_t[]){1, oc, 1, 1}, (int64_t[]){oc, 1, 1, 1}, 4,
+                                     a->out2->offset);
+    if (!gb) return nb_last_status();
+    nb_kargs k = {.out = gb, .in = {a->in[0]}, .dim_mask = 1u | 4u | 8u};
+    nb_status st = nb_cpu_k_reduce(NB_OP_SUM, &k);
+    nb__release(gb);
+    return st;
 }
 
 static nb_status backward_weights(const nb_kargs *a)
@@ -241,7 +227,7 @@ static nb_status backward_weights(const nb_kargs *a)
     if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
         return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled() && pointwise_cl(&g))
-        return pointwise_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+        return pointwise_weights(&g, a);
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
                                               a->flag);
