@@ -78,6 +78,24 @@ static nb_status scale_on_device(nb_tensor *const *params, int n, const nb_tenso
     return NB_OK;
 }
 
+/* Adds the devices' accumulators (read back) to total, the CPU grads' sum, takes the root, and
+ * scales every grad by the coefficient; total becomes the norm. */
+static nb_status scale_on_host(nb_tensor *const *params, int n, const dev_acc *accs, int naccs, double p,
+                               double max_norm, double *total)
+{
+    for (int k = 0; k < naccs; k++) {
+        double a = 0;
+        NB_TRY(nb_item(accs[k].acc, &a));
+        *total = isinf(p) ? nan_max(a, *total) : *total + a;
+    }
+    if (!isinf(p)) *total = p == 2 ? sqrt(*total) : pow(*total, 1 / p);
+    double coef = max_norm / (*total + 1e-6);
+    if (coef > 1) coef = 1;
+    for (int i = 0; i < n; i++)
+        if (params[i]->grad) NB_TRY(nb_mul_scalar_(params[i]->grad, coef));
+    return NB_OK;
+}
+
 static nb_status check_grads(const char *op, nb_tensor *const *params, int n)
 {
     if (n < 0 || (n > 0 && !params)) return nb__err(NB_ERR_INVALID_ARG, "%s: bad parameter list (n = %d)", op, n);
@@ -121,23 +139,10 @@ nb_status nb_clip_grad_norm_(nb_tensor *const *params, int n, double max_norm, d
             st = accumulate_on_device(g, norm_type, accs, &naccs, (int)(sizeof accs / sizeof *accs));
         }
     }
-    if (st == NB_OK && !total_norm_out && !on_cpu && naccs == 1) {
-        /* all on one device and no norm wanted: no host synchronisation */
-        st = scale_on_device(params, n, accs[0].acc, norm_type, max_norm);
-        nb_scope_end(sc);
-        nb_set_grad_enabled(prev);
-        return st;
-    }
-    for (int k = 0; k < naccs && st == NB_OK; k++) {
-        double a = 0;
-        st = nb_item(accs[k].acc, &a);
-        total = isinf(norm_type) ? nan_max(a, total) : total + a;
-    }
-    if (!isinf(norm_type)) total = norm_type == 2 ? sqrt(total) : pow(total, 1 / norm_type);
-    double coef = max_norm / (total + 1e-6);
-    if (coef > 1) coef = 1;
-    for (int i = 0; i < n && st == NB_OK; i++)
-        if (params[i]->grad) st = nb_mul_scalar_(params[i]->grad, coef);
+    if (st == NB_OK && !total_norm_out && !on_cpu && naccs == 1)
+        st = scale_on_device(params, n, accs[0].acc, norm_type, max_norm); /* no host synchronisation */
+    else if (st == NB_OK)
+        st = scale_on_host(params, n, accs, naccs, norm_type, max_norm, &total);
     nb_scope_end(sc);
     nb_set_grad_enabled(prev);
     if (st == NB_OK && total_norm_out) *total_norm_out = total;
