@@ -5,7 +5,9 @@
  * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution, and
  * under "auto" by its rules (32 output tiles or more; on channels-last inputs, 32 channels).
  * The same for the 5x5 cases and nabla's own F(2x2, 5x5) (counted by nb__wino5_runs): only on
- * channels-last inputs with padding 2, under "auto" from 32 channels and 256 tiles of 2x2. */
+ * channels-last inputs with padding 2, under "auto" from 32 channels and 256 tiles of 2x2. And
+ * for layers with 1 to 4 input channels ("few_"), that nabla's own weight gradient (counted by
+ * nb__stem_runs) ran on channels-last inputs under every policy, and never on NCHW ones. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "nbtest.h"
 #include "nabla/nn.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/stem_impl.h"
 #include "cpu/wino5_impl.h"
 
 /* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
@@ -31,9 +34,9 @@ static double rel_err(const nb_tensor *got, const nb_tensor *want)
 
 /* Runs case `name` under algo, on an NCHW or channels-last input: checks the output and the
  * gradients against float64 within tol (relative to each tensor's largest value) and returns
- * how many Winograd primitive runs it took. */
+ * how many Winograd primitive runs it took; *stem: how many runs of the few-channel kernel. */
 static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_conv_algo algo, bool cl,
-                                   double tol, double *worst)
+                                   double tol, double *worst, unsigned long long *stem)
 {
     nb_scope *sc = nb_scope_begin();
     NBT_OK(nb_set_conv_algo(algo));
@@ -52,10 +55,11 @@ static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_
     }
     nb_conv2d_params cp = {.stride = {p[0], p[0]}, .padding = {p[1], p[1]}, .dilation = {1, 1}, .groups = 1,
                            .relu = p[2] != 0};
-    unsigned long long before = nb__dnnl_winograd_runs() + nb__wino5_runs();
+    unsigned long long before = nb__dnnl_winograd_runs() + nb__wino5_runs(), stem0 = nb__stem_runs();
     nb_tensor *out = NBT_CHECK(nb_conv2d(leaves[0], leaves[1], nin > 2 ? leaves[2] : NULL, &cp));
     NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, name, "gout")), NB_BACKWARD_DEFAULT));
     unsigned long long runs = nb__dnnl_winograd_runs() + nb__wino5_runs() - before;
+    *stem = nb__stem_runs() - stem0;
     if (cl && !nb_tensor_is_contiguous_format(out, NB_CHANNELS_LAST))
         fail_msg("%s (%s, channels-last): the output is not channels-last", name, nb_conv_algo_name(algo));
     const char *keys[] = {"out", "grad0", "grad1", "grad2"};
@@ -86,13 +90,15 @@ static void test_policies(void **state)
     int n = nbt_case_names(m, &names);
     assert_true(n >= 5);
     bool avx512 = nb__dnnl_winograd_available();
-    double worst[3] = {0}; /* direct, oneDNN's Winograd 3x3, nabla's 5x5 */
+    double worst[4] = {0}; /* direct, oneDNN's Winograd 3x3, nabla's 5x5, few-channel */
+    int few_runs = 0;      /* cases the few-channel kernel ran */
     int auto_wino[2] = {0}; /* cases auto ran on Winograd, per layout */
     int auto_wino5 = 0;
     for (int i = 0; i < n; i++) {
-        bool k5 = strncmp(names[i], "k5_", 3) == 0;
-        /* 3x3: stride 2 is not; 5x5: padding 1 (not "same") is not */
-        bool eligible = strstr(names[i], "stride2") == NULL && !(k5 && strstr(names[i], "pad1"));
+        bool k5 = strncmp(names[i], "k5_", 3) == 0, few = strncmp(names[i], "few_", 4) == 0;
+        /* 3x3: stride 2 is not; 5x5: padding 1 (not "same") is not; nor are layers too narrow
+         * for a vector of channels */
+        bool eligible = strstr(names[i], "stride2") == NULL && !(k5 && strstr(names[i], "pad1")) && !few;
         bool c16 = strstr(names[i], "c16_") != NULL;
         /* auto's size rule: at least 32 output tiles of 4x4 (3x3) or 256 of 2x2 (5x5) over the
          * batch (the 5x5 rule's bound on channel pairs is not reached by these cases) */
@@ -116,18 +122,26 @@ static void test_policies(void **state)
                         auto_wino[cl]++;
                 }
                 double tol = wino && k5 ? 3e-5 : 1e-5;
-                unsigned long long runs = run_case(m, names[i], algo, cl, tol, &worst[wino ? 1 + k5 : 0]);
+                bool stem = few && cl && avx512; /* the weight gradient, under every policy */
+                unsigned long long stem_runs;
+                unsigned long long runs =
+                    run_case(m, names[i], algo, cl, tol, &worst[stem ? 3 : wino ? 1 + k5 : 0], &stem_runs);
                 /* forward, input gradient, weight gradient */
                 if (runs != (wino ? 3u : 0u))
                     fail_msg("%s (%s, %s): %llu Winograd runs, expected %d", names[i], nb_conv_algo_name(algo),
                              cl ? "channels-last" : "NCHW", runs, wino ? 3 : 0);
+                if (stem_runs != (stem ? 1u : 0u))
+                    fail_msg("%s (%s, %s): %llu runs of the few-channel kernel, expected %d", names[i],
+                             nb_conv_algo_name(algo), cl ? "channels-last" : "NCHW", stem_runs, stem ? 1 : 0);
+                few_runs += stem;
             }
         }
     }
-    printf("worst error relative to scale: direct %.3g, winograd 3x3 %.3g, 5x5 %.3g (AVX-512: %s)\n", worst[0],
-           worst[1], worst[2], avx512 ? "yes" : "no");
-    /* the catalogue has cases on both sides of auto's rules */
-    if (avx512) assert_true(auto_wino[0] == 2 && auto_wino[1] == 1 && auto_wino5 == 1);
+    printf("worst error relative to scale: direct %.3g, winograd 3x3 %.3g, 5x5 %.3g, few-channel %.3g "
+           "(AVX-512: %s)\n", worst[0], worst[1], worst[2], worst[3], avx512 ? "yes" : "no");
+    /* the catalogue has cases on both sides of auto's rules, and six few-channel ones (three
+     * policies each) */
+    if (avx512) assert_true(auto_wino[0] == 2 && auto_wino[1] == 1 && auto_wino5 == 1 && few_runs == 18);
     NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
     nbt_free_names(names, n);
     nb_tensor_map_free(m);

@@ -1,8 +1,13 @@
 """Reference values for tests/test_conv_algo.c: float32 convolutions that oneDNN may run on
 Winograd's F(4x4, 3x3) (3x3, stride 1, channels in and out multiples of 16), and one it may not
 (stride 2); 5x5 ones ("k5_") that nabla's own Winograd F(2x2, 5x5) may run (stride 1, padding 2,
-channels multiples of 16, channels-last), and one it may not (padding 1); computed by PyTorch in float64 from the same float32 inputs, so that the reference is
-free of float32 rounding and the test can bound each algorithm's own error.
+channels multiples of 16, channels-last), and one it may not (padding 1); and ones with 2 to 4
+input channels ("few_") whose weight gradient nabla's own kernel takes on channels-last inputs
+(src/cpu/ops/stem.c: each vector count of output channels it blocks by, 4, 2 and 1, tap blocks of
+several sizes, strides, padding beyond the kernel's reach, rows that are not square). One
+channel would not do: such a tensor is both contiguous and channels-last, and nabla takes it as
+contiguous. All computed by PyTorch in float64 from the same float32 inputs, so that the
+reference is free of float32 rounding and the test can bound each algorithm's own error.
 
 Each case <name> holds:
   params  int64 [stride, pad, relu] (relu 1: relu(conv2d), nabla's fused conv2d + ReLU)
@@ -49,4 +54,11 @@ def build():
     _case(t, "k5_c16_oc48_relu_odd", 2, 16, 48, 7, 9, 1, 2, True, relu=True, k=5)
     _case(t, "k5_c48_oc32_tiny", 1, 48, 32, 5, 6, 1, 2, False, k=5)
     _case(t, "k5_c32_oc32_pad1", 2, 32, 32, 8, 8, 1, 1, True, k=5)
+    # few input channels: AlexNet-R's, ResNet-50's and AlexNet-S's first layers, scaled down
+    _case(t, "few_c3_oc32_k5", 3, 3, 32, 12, 12, 1, 2, True, k=5)
+    _case(t, "few_c3_oc64_k7_s2_relu", 2, 3, 64, 17, 15, 2, 3, True, relu=True, k=7)
+    _case(t, "few_c3_oc96_k11_s4", 2, 3, 96, 35, 33, 4, 2, False, k=11)
+    _case(t, "few_c3_oc16_k3_pad0", 4, 3, 16, 9, 7, 1, 0, True, k=3)
+    _case(t, "few_c2_oc48_k3_pad2", 2, 2, 48, 6, 5, 1, 2, True, k=3)
+    _case(t, "few_c4_oc16_k1_s2", 3, 4, 16, 5, 6, 2, 0, True, k=1)  # stride 1 would be a product
     return t

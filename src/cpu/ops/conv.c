@@ -3,8 +3,9 @@
  * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
- * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), and the
- * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights); float64,
+ * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), the
+ * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights), and
+ * that of channels-last convolutions with 1 to 4 input channels (src/cpu/ops/stem.c); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/stem_impl.h"
 #include "cpu/wino5_impl.h"
 
 static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0, int64_t i1)
@@ -228,6 +230,8 @@ static nb_status backward_weights(const nb_kargs *a)
         return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled() && pointwise_cl(&g))
         return pointwise_weights(&g, a);
+    if (nb__dnnl_enabled() && nb__stem_applies(&g))
+        return nb__stem_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
                                               a->flag);
