@@ -1,7 +1,9 @@
 """Reference values for tests/test_channels_last_pool.c: max_pool2d (with its indices), avg_pool2d
 and adaptive_avg_pool2d (torch.nn.functional) on channels-last inputs (torch.channels_last), with
 channel counts that are not multiples of a vector and one input large enough to be split across
-threads by channel blocks.
+threads by channel blocks; and max pools with channels multiples of 16 ("_v16"), which float32
+runs on the AVX-512 kernels (ties, NaN, padding, ceil mode, windows that overlap by more than
+half, a size split across threads).
 
 Each case <name>/<dtype> holds (stored contiguous, NCHW; the test lays them out channels-last):
   op      int64 [1]: 1 max_pool2d, 2 avg_pool2d, 3 adaptive_avg_pool2d
@@ -75,6 +77,13 @@ def _build():
     _max(t, "max_pad2_ceil", r(2, 6, 13, 17), (5, 3), (1, 2), (2, 1), True)
     _max(t, "max_nan", nan, (3, 3), (2, 2), (1, 1), False)
     _max(t, "max_big", r(1, 40, 50, 50), (3, 3), (2, 2), (1, 1), False)
+    nan16 = r(2, 32, 7, 6)
+    nan16[1, 17, 3, 2] = float("nan")
+    nan16[0, 5, 0, 0] = float("nan")
+    _max(t, "max_ties_pad_v16", ties(2, 16, 9, 8), (3, 3), (2, 1), (1, 1), False)
+    _max(t, "max_nan_v16", nan16, (3, 3), (2, 2), (1, 1), False)
+    _max(t, "max_overlap_ceil_v16", r(1, 48, 13, 11), (5, 3), (1, 2), (2, 1), True)
+    _max(t, "max_big_v16", r(3, 32, 33, 33), (3, 3), (2, 2), (0, 0), False)
     _avg(t, "avg_2x2", r(2, 8, 8, 8), (2, 2), (2, 2), (0, 0), False, True)
     _avg(t, "avg_alexnet", r(2, 32, 16, 16), (3, 3), (2, 2), (0, 0), False, True)
     _avg(t, "avg_pad_incl", r(2, 19, 7, 6), (3, 3), (2, 2), (1, 1), False, True)
