@@ -3,8 +3,9 @@
  * channels-last, upstream gradients in both layouts); plain loops in double over shapes with
  * several row blocks, channel counts that are no multiple of a vector and row counts that are no
  * multiple of four; finite differences in float64; the layout of the output and of the input
- * gradient; results bit for bit the same at 1 and 2 threads; and the shapes where channels-last
- * and contiguous coincide (C = 1, H = W = 1). */
+ * gradient; results bit for bit the same at 1 and 2 threads; the shapes where channels-last
+ * and contiguous coincide (C = 1, H = W = 1); and nb_batch_norm_relu (PyTorch's relu(batch_norm)
+ * among the reference cases, and bit for bit the two ops it fuses, in both layouts). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,16 +54,18 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
 {
     nb_scope *sc = nb_scope_begin();
     char what[256];
-    int64_t params[1];
+    int64_t params[2] = {0}; /* training(, relu) */
     double scalars[2];
-    NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(m, name, "params")), params, sizeof params));
+    nb_tensor *pt = NBT_CHECK(nbt_ref(m, name, "params"));
+    NBT_OK(nb_tensor_read(pt, params, (size_t)nb_tensor_numel(pt) * sizeof(int64_t)));
     NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(m, name, "scalars")), scalars, sizeof scalars));
     bool affine = nbt_ref(m, name, "in1") != NULL;
     nb_tensor *x = leaf_of(to_cl(NBT_CHECK(nbt_ref(m, name, "in0"))));
     nb_tensor *w = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in1")))) : NULL;
     nb_tensor *b = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in2")))) : NULL;
     nb_tensor *rm = NBT_CHECK(nb_clone(nbt_ref(m, name, "rm"))), *rv = NBT_CHECK(nb_clone(nbt_ref(m, name, "rv")));
-    nb_tensor *y = NBT_CHECK(nb_batch_norm(x, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1]));
+    nb_tensor *y = NBT_CHECK(
+        (params[1] ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1]));
     double rtol, atol;
     tolerances(nb_tensor_dtype(y), &rtol, &atol);
     snprintf(what, sizeof what, "%s: out", name);
@@ -88,7 +91,7 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
 }
 
 /* Every 4-D batch_norm case (training and evaluation, with and without affine parameters, a
- * channel far from zero), float32 and float64. */
+ * channel far from zero, with the fused ReLU), float32 and float64. */
 static void test_pytorch_cases(void **state)
 {
     nb_tensor_map *m = nbt_load_ref("nn");
@@ -109,7 +112,7 @@ static void test_pytorch_cases(void **state)
     }
     nbt_free_names(names, n);
     nb_tensor_map_free(m);
-    assert_true(run >= 8 && seen_eval && seen_noaffine);
+    assert_true(run >= 16 && seen_eval && seen_noaffine);
 }
 
 /* ---- plain loops ----------------------------------------------------------------------------- */
@@ -333,6 +336,57 @@ static void test_thread_counts(void **state)
     nb_scope_end(sc);
 }
 
+/* ---- the fused ReLU ----------------------------------------------------------------------- */
+
+/* nb_batch_norm_relu against nb_relu(nb_batch_norm(...)) on the same data: the output, the
+ * running statistics and the three gradients the same bits, in both layouts, float32 and
+ * float64, training and evaluation (the fused backward recomputes the ReLU's mask from x and
+ * sums in the plain kernels' order). The shape has many row blocks, a channel count that is no
+ * multiple of a vector and, channels-last, a row count that is no multiple of four; x is
+ * centred so that about half of the values are clipped. */
+static void test_relu_fused_bitwise(void **state)
+{
+    nb_manual_seed(15);
+    int64_t shape[4] = {3, 19, 37, 31}, cs[1] = {19};
+    int runs = 0;
+    for (int mode = 0; mode < 8; mode++) {
+        nb_scope *sc = nb_scope_begin();
+        bool cl = mode & 1, training = mode & 2;
+        nb_tensor_params p = nb_tensor_params_default();
+        p.dtype = mode & 4 ? NB_FLOAT64 : NB_FLOAT32;
+        nb_tensor *x = NBT_CHECK(nb_randn(shape, 4, &p)), *g = NBT_CHECK(nb_randn(shape, 4, &p));
+        if (cl) x = to_cl(x), g = to_cl(g);
+        nb_tensor *w = NBT_CHECK(nb_randn(cs, 1, &p)), *b = NBT_CHECK(nb_randn(cs, 1, &p)), *res[2][7];
+        nb_tensor *rm = NBT_CHECK(nb_randn(cs, 1, &p)), *rv = NBT_CHECK(nb_add_scalar(nb_rand(cs, 1, &p), 0.5));
+        for (int fused = 0; fused < 2; fused++) {
+            nb_tensor *l[3] = {nbt_leaf(x), nbt_leaf(w), nbt_leaf(b)};
+            res[fused][1] = NBT_CHECK(nb_clone(rm));
+            res[fused][2] = NBT_CHECK(nb_clone(rv));
+            res[fused][0] = NBT_CHECK(
+                fused ? nb_batch_norm_relu(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM, EPS)
+                      : nb_relu(nb_batch_norm(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM,
+                                              EPS)));
+            if (cl) assert_cl(res[fused][0], "batch_norm_relu's output");
+            NBT_OK(nb_backward(res[fused][0], g, NB_BACKWARD_DEFAULT));
+            for (int k = 0; k < 3; k++) res[fused][k + 3] = NBT_CHECK(nb_tensor_grad(l[k]));
+            if (cl) assert_cl(res[fused][3], "batch_norm_relu's input gradient");
+        }
+        /* the ReLU clipped about half of the outputs */
+        res[0][6] = NBT_CHECK(nb_sum(nb_to_dtype(nb_gt_scalar(res[0][0], 0), NB_FLOAT64), NULL, 0, false));
+        double kept;
+        NBT_OK(nb_item(res[0][6], &kept));
+        assert_true(kept > 0.3 * (double)nb_tensor_numel(x) && kept < 0.7 * (double)nb_tensor_numel(x));
+        char what[128];
+        snprintf(what, sizeof what, "batch_norm_relu against relu(batch_norm) (%s, %s, %s)",
+                 cl ? "channels-last" : "contiguous", training ? "training" : "evaluation",
+                 nb_dtype_name(nb_tensor_dtype(x)));
+        for (int k = 0; k < 6; k++) nbt_assert_close(res[1][k], res[0][k], 0, 0, what);
+        runs++;
+        nb_scope_end(sc);
+    }
+    assert_int_equal(runs, 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_layouts_coincide),
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_thread_counts),
+        cmocka_unit_test(test_relu_fused_bitwise),
     };
     return NBT_RUN(tests);
 }

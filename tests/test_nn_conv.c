@@ -33,8 +33,8 @@ static nb_tensor *apply(const spec *s, nb_tensor *const *x)
     case OP_AVGP: return nb_avg_pool2d(x[0], p, p + 2, p + 4, p[6], p[7]);
     case OP_ADAPT: return nb_adaptive_avg_pool2d(x[0], p[0], p[1]);
     default:
-        return nb_batch_norm(x[0], s->rm, s->rv, s->n > 1 ? x[1] : NULL, s->n > 2 ? x[2] : NULL, p[0], s->momentum,
-                             s->eps);
+        return (p[1] ? nb_batch_norm_relu : nb_batch_norm)(x[0], s->rm, s->rv, s->n > 1 ? x[1] : NULL,
+                                                           s->n > 2 ? x[2] : NULL, p[0], s->momentum, s->eps);
     }
 }
 

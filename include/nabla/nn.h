@@ -51,6 +51,13 @@ NB_API nb_tensor *nb_adaptive_avg_pool2d(const nb_tensor *x, int64_t out_h, int6
 NB_API nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
                                 const nb_tensor *weight, const nb_tensor *bias, bool training,
                                 double momentum, double eps);
+/* relu(nb_batch_norm(...)), the same arguments. On the CPU in one pass each way: the ReLU is
+ * applied as the normalised values are written, and the backward recomputes its mask from x, so
+ * neither a ReLU pass nor its backward pass over the tensor is made (the gradients are those of
+ * the two ops); on other devices it is the two ops. */
+NB_API nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
+                                     const nb_tensor *weight, const nb_tensor *bias, bool training,
+                                     double momentum, double eps);
 
 #ifdef __cplusplus
 }

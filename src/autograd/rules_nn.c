@@ -5,8 +5,8 @@
  * input gradient is one CONV2D_BACKWARD_INPUT, weight and bias gradients one
  * CONV2D_BACKWARD_WEIGHT. max_pool2d: saved indices (0). avg pools: no saved tensors (the input's
  * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2:
- * mean, var, and the weight or 1); one BATCH_NORM_BACKWARD on the stats gives the input gradient
- * and both parameter gradients. */
+ * mean, var, and the weight or 1; with a fused ReLU, i1, also the forward's coefficients); one
+ * BATCH_NORM_BACKWARD on the stats gives the input gradient and both parameter gradients. */
 #include "autograd/autograd_impl.h"
 
 /* A new tensor shaped like input i of node (channels-last when cl), filled by kernel op from k
@@ -128,7 +128,7 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
                         : NULL;
     if (!gwb || (nb__edge_needs_grad(node, 0) && !gx)) return nb_last_status();
     /* stats' third row is the weight (or 1) the forward saw, w's version checked above */
-    nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, stats}, .s0 = node->s0, .flag = node->flag};
+    nb_kargs k = {.out = gx, .out2 = gwb, .in = {gc, x, stats}, .s0 = node->s0, .flag = node->flag, .i1 = node->i1};
     NB_TRY(nb__dispatch(NB_OP_BATCH_NORM_BACKWARD, &k));
     grad_in[0] = gx;
     if (nb__edge_needs_grad(node, 1) && !(grad_in[1] = nb_select(gwb, 0, 0))) return nb_last_status();

@@ -125,8 +125,7 @@ static nb_module *cnn(int64_t c, int64_t h, int64_t w, int64_t classes, const nb
 static nb_tensor *block_forward(nb_module *self, nb_tensor *x)
 {
     nb_tensor *h = nb_module_forward(nb_module_get_module(self, "conv1"), x);
-    h = h ? nb_module_forward(nb_module_get_module(self, "bn1"), h) : NULL;
-    h = h ? nb_relu(h) : NULL;
+    h = h ? nb__zoo_bn_relu(nb_module_get_module(self, "bn1"), h) : NULL;
     h = h ? nb_module_forward(nb_module_get_module(self, "conv2"), h) : NULL;
     h = h ? nb_module_forward(nb_module_get_module(self, "bn2"), h) : NULL;
     nb_module *sc = nb_module_get_module(self, "shortcut");
@@ -154,8 +153,8 @@ static nb_tensor *resnet_forward(nb_module *self, nb_tensor *x)
     static const char *const order[5] = {"conv1", "bn1", "layer1", "layer2", "layer3"};
     nb_tensor *h = x;
     for (int i = 0; h && i < 5; i++) {
-        h = nb_module_forward(nb_module_get_module(self, order[i]), h);
-        if (h && i == 1) h = nb_relu(h);
+        nb_module *m = nb_module_get_module(self, order[i]);
+        h = i == 1 ? nb__zoo_bn_relu(m, h) : nb_module_forward(m, h); /* bn1, then its ReLU */
     }
     h = h ? nb_adaptive_avg_pool2d(h, 1, 1) : NULL;
     h = h ? nb_flatten(h, 1, -1) : NULL;

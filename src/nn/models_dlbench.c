@@ -130,12 +130,17 @@ static nb_tensor *conv_bn(nb_module *self, const char *conv_name, const char *bn
     return y ? nb_module_forward(nb_module_get_module(self, bn_name), y) : NULL;
 }
 
+/* The same with the ReLU after the BN fused into it (nb_batch_norm_relu). */
+static nb_tensor *conv_bn_relu(nb_module *self, const char *conv_name, const char *bn_name, nb_tensor *x)
+{
+    nb_tensor *y = nb_module_forward(nb_module_get_module(self, conv_name), x);
+    return y ? nb__zoo_bn_relu(nb_module_get_module(self, bn_name), y) : NULL;
+}
+
 static nb_tensor *bottleneck_forward(nb_module *self, nb_tensor *x)
 {
-    nb_tensor *y = conv_bn(self, "conv1", "bn1", x);
-    y = y ? nb_relu(y) : NULL;
-    y = y ? conv_bn(self, "conv2", "bn2", y) : NULL;
-    y = y ? nb_relu(y) : NULL;
+    nb_tensor *y = conv_bn_relu(self, "conv1", "bn1", x);
+    y = y ? conv_bn_relu(self, "conv2", "bn2", y) : NULL;
     y = y ? conv_bn(self, "conv3", "bn3", y) : NULL;
     nb_module *down = nb_module_get_module(self, "downsample");
     nb_tensor *s = down ? nb_module_forward(down, x) : x;
@@ -164,8 +169,7 @@ static nb_tensor *resnet_forward(nb_module *self, nb_tensor *x, int stages, bool
 {
     static const char *const layers[4] = {"layer1", "layer2", "layer3", "layer4"};
     static const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1};
-    nb_tensor *h = conv_bn(self, "conv1", "bn1", x);
-    h = h ? nb_relu(h) : NULL;
+    nb_tensor *h = conv_bn_relu(self, "conv1", "bn1", x);
     if (h && maxpool) h = nb_max_pool2d(h, k3, s2, p1, false);
     for (int i = 0; h && i < stages; i++) h = nb_module_forward(nb_module_get_module(self, layers[i]), h);
     h = h ? nb_adaptive_avg_pool2d(h, 1, 1) : NULL;
@@ -222,8 +226,7 @@ static nb_tensor *shortcut_a(nb_tensor *x, const nb_tensor *y)
 
 static nb_tensor *block_a_forward(nb_module *self, nb_tensor *x)
 {
-    nb_tensor *y = conv_bn(self, "conv1", "bn1", x);
-    y = y ? nb_relu(y) : NULL;
+    nb_tensor *y = conv_bn_relu(self, "conv1", "bn1", x);
     y = y ? conv_bn(self, "conv2", "bn2", y) : NULL;
     nb_tensor *s = y ? shortcut_a(x, y) : NULL;
     return s ? nb_add(y, s) : NULL;

@@ -9,6 +9,7 @@
 #include "nabla/autograd.h"
 #include "nabla/layers.h"
 #include "nabla/ops.h"
+#include "nn/models_impl.h"
 
 /* The settings of a module, kept in its user pointer. */
 typedef struct layer_opts {
@@ -173,12 +174,14 @@ nb_module *nb_adaptive_avg_pool2d_module(int64_t out_h, int64_t out_w)
 
 /* ---- BatchNorm ------------------------------------------------------------------------------- */
 
-static nb_tensor *bn_run(nb_module *self, nb_tensor *x)
+static nb_tensor *bn_run(nb_module *self, nb_tensor *x, bool relu)
 {
     bool training = nb_module_is_training(self);
-    nb_tensor *y = nb_batch_norm(x, nb_module_get_buffer(self, "running_mean"),
-                                 nb_module_get_buffer(self, "running_var"), nb_module_get_parameter(self, "weight"),
-                                 nb_module_get_parameter(self, "bias"), training, 0.1, 1e-5);
+    nb_tensor *(*fn)(const nb_tensor *, nb_tensor *, nb_tensor *, const nb_tensor *, const nb_tensor *, bool, double,
+                     double) = relu ? nb_batch_norm_relu : nb_batch_norm;
+    nb_tensor *y = fn(x, nb_module_get_buffer(self, "running_mean"), nb_module_get_buffer(self, "running_var"),
+                      nb_module_get_parameter(self, "weight"), nb_module_get_parameter(self, "bias"), training, 0.1,
+                      1e-5);
     if (y && training) {
         /* an int64 one, so that the counter stays int64 (a double scalar would promote) */
         nb_tensor *count = nb_module_get_buffer(self, "num_batches_tracked");
@@ -198,22 +201,35 @@ static nb_tensor *bn2d_forward(nb_module *self, nb_tensor *x)
 {
     if (x && nb_tensor_ndim(x) != 4)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
-    return bn_run(self, x);
+    return bn_run(self, x, false);
 }
 
 static nb_tensor *bn1d_forward(nb_module *self, nb_tensor *x)
 {
     if (x && nb_tensor_ndim(x) != 2 && nb_tensor_ndim(x) != 3)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm1d: expected 2D or 3D input (got %dD input)", nb_tensor_ndim(x));
-    if (!x || nb_tensor_ndim(x) == 3) return bn_run(self, x);
+    if (!x || nb_tensor_ndim(x) == 3) return bn_run(self, x, false);
     const int64_t *sh = nb_tensor_shape(x);
     int64_t s4[4] = {sh[0], sh[1], 1, 1};
-    nb_tensor *y = bn_run(self, nb_reshape(x, s4, 4));
+    nb_tensor *y = bn_run(self, nb_reshape(x, s4, 4), false);
     return y ? nb_reshape(y, sh, 2) : NULL;
 }
 
 static const nb_module_funcs bn2d_funcs = {"BatchNorm2d", bn2d_forward, NULL};
 static const nb_module_funcs bn1d_funcs = {"BatchNorm1d", bn1d_forward, NULL};
+
+nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x)
+{
+    if (!bn || nb_module_type_name(bn) != bn2d_funcs.type_name)
+        return nb__err_null(NB_ERR_INTERNAL, "zoo_bn_relu: %s is not a BatchNorm2d",
+                            bn ? nb_module_type_name(bn) : "NULL");
+    if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_relu: NULL input to BatchNorm2d");
+    if (nb_tensor_ndim(x) != 4)
+        return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
+    nb_scope *s = nb_scope_begin();
+    if (!s) return NULL;
+    return nb_scope_end_keep(s, bn_run(bn, x, true));
+}
 
 static nb_module *bn_module(const nb_module_funcs *funcs, int64_t c, const nb_tensor_params *p)
 {

@@ -4,7 +4,8 @@
  * weight in i0. In training the running statistics are then updated in place by a second
  * BATCH_NORM call (i0 = 1: one small kernel for both), outside autograd. On the CPU a
  * channels-last x goes to the kernel as it is and the output is channels-last too; any other x
- * is made contiguous. Rule in src/autograd/rules_nn.c. */
+ * is made contiguous. nb_batch_norm_relu on the CPU is the same with the kernel's ReLU flag (i1),
+ * elsewhere batch_norm then relu. Rule in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -65,13 +66,15 @@ static nb_status update_running(nb_tensor *rm, nb_tensor *rv, const nb_tensor *s
 
 /* Validated operands (x contiguous or, on the CPU, channels-last; the others contiguous): the
  * kernel and the node. stats [3, C] is filled (rows 0 and 1 when training, else they hold the
- * running stats; row 2 always). Caller-owned output, laid out as x. */
+ * running stats; row 2 always); with relu (CPU only) it is [5, C], rows 3 and 4 the forward's
+ * coefficients, which the backward recomputes the ReLU's mask from. Caller-owned output, laid
+ * out as x. */
 static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, nb_tensor *stats, bool training,
-                         double eps)
+                         double eps, bool relu)
 {
     nb_tensor *out = nb__tensor_new_as("batch_norm", x->shape, x->ndim, x->dtype, x->storage->device, &x, 1);
     if (!out) return NULL;
-    nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b}, .s0 = eps, .flag = training};
+    nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b}, .s0 = eps, .flag = training, .i1 = relu};
     nb_status st = nb__dispatch(NB_OP_BATCH_NORM, &k);
     nb_node *node = NULL;
     if (st == NB_OK) {
@@ -82,12 +85,13 @@ static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor
         nb__release(out);
         return NULL;
     }
-    if (node) node->s0 = eps, node->flag = training, node->i0 = w != NULL;
+    if (node) node->s0 = eps, node->flag = training, node->i0 = w != NULL, node->i1 = relu;
     return out;
 }
 
-nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var, const nb_tensor *weight,
-                         const nb_tensor *bias, bool training, double momentum, double eps)
+static nb_tensor *batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
+                             const nb_tensor *weight, const nb_tensor *bias, bool training, double momentum, double eps,
+                             bool relu)
 {
     if (check_args(x, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
     int64_t c = x->shape[1];
@@ -100,18 +104,36 @@ nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor 
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;
     tp.device = x->storage->device;
-    nb_tensor *stats = nb_empty((int64_t[]){3, c}, 2, &tp);
+    nb_tensor *stats = nb_empty((int64_t[]){relu ? 5 : 3, c}, 2, &tp);
     bool ok = xc && (wc || !weight) && (bc || !bias) && stats;
     if (ok && !training) {
         nb_tensor *mean = nb_select(stats, 0, 0), *var = mean ? nb_select(stats, 0, 1) : NULL;
         nb_kargs k0 = {.out = mean, .in = {running_mean}}, k1 = {.out = var, .in = {running_var}};
         ok = var && nb__dispatch(NB_OP_COPY, &k0) == NB_OK && nb__dispatch(NB_OP_COPY, &k1) == NB_OK;
     }
-    nb_tensor *out = ok ? bn_run(xc, wc, bc, stats, training, eps) : NULL;
+    nb_tensor *out = ok ? bn_run(xc, wc, bc, stats, training, eps, relu) : NULL;
     if (out) y = nb__track(out);
     if (y && training && running_mean) {
         double count = (double)(nb__numel(x->shape, x->ndim) / c);
         if (update_running(running_mean, running_var, stats, momentum, count) != NB_OK) y = NULL;
     }
     return nb_scope_end_keep(s, y);
+}
+
+nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var, const nb_tensor *weight,
+                         const nb_tensor *bias, bool training, double momentum, double eps)
+{
+    return batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
+                              const nb_tensor *weight, const nb_tensor *bias, bool training, double momentum,
+                              double eps)
+{
+    if (x && x->storage->device.type == NB_DEVICE_CPU)
+        return batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
+    nb_scope *s = nb_scope_begin();
+    if (!s) return NULL;
+    nb_tensor *y = nb_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+    return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
 }

@@ -6,7 +6,8 @@ Each case <name>/<dtype> holds:
   params  int64: conv2d [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups(, relu)]
           (relu 1: relu(conv2d), nabla's fused conv2d + ReLU);
           pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad];
-          adaptive [out_h, out_w]; batch_norm [training]
+          adaptive [out_h, out_w]; batch_norm [training(, relu)] (relu 1: relu(batch_norm),
+          nabla's nb_batch_norm_relu)
   scalars float64 [momentum, eps] (batch_norm)
   in0.. inputs (conv2d: x, weight, bias when present; batch_norm: x, weight, bias),
   rm, rv  batch_norm's running stats before the call; rm_out, rv_out after it
@@ -65,7 +66,7 @@ def _adapt(t, name, x, oh, ow):
         _store(t, f"{name}/{sfx}", ADAPT, [oh, ow], [xi], out)
 
 
-def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True):
+def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True, relu=False):
     c = x.shape[1]
     rm0, rv0 = torch.randn(c), torch.rand(c) + 0.5
     wb = [torch.randn(c), torch.randn(c)] if affine else []
@@ -76,9 +77,11 @@ def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True):
         t[f"{name}/{sfx}/rv"] = rv.clone()
         w, b = (ins[1], ins[2]) if affine else (None, None)
         out = F.batch_norm(ins[0], rm, rv, w, b, training, momentum, eps)
+        if relu:
+            out = F.relu(out)
         t[f"{name}/{sfx}/rm_out"] = rm
         t[f"{name}/{sfx}/rv_out"] = rv
-        _store(t, f"{name}/{sfx}", BN, [int(training)], ins, out, [momentum, eps])
+        _store(t, f"{name}/{sfx}", BN, [int(training)] + ([1] if relu else []), ins, out, [momentum, eps])
 
 
 def build():
@@ -120,4 +123,9 @@ def build():
     # a plane of 99 (16-value blocks and a remainder) far from zero (the one-pass statistics)
     _bn(t, "bn_train_offset", r(3, 4, 9, 11) * 3 + 50, True)
     _bn(t, "bn_train_noaffine", r(4, 3, 2, 2), True, affine=False)
+    # relu(batch_norm), nabla's nb_batch_norm_relu
+    _bn(t, "bn_relu_train_4d", r(4, 3, 5, 6) * 2 + 1, True, relu=True)
+    _bn(t, "bn_relu_eval_4d", r(4, 3, 5, 6), False, relu=True)
+    _bn(t, "bn_relu_train_offset", r(3, 4, 9, 11) * 3 + 50, True, relu=True)
+    _bn(t, "bn_relu_train_noaffine", r(4, 3, 2, 2), True, affine=False, relu=True)
     return t

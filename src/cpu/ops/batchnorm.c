@@ -3,7 +3,8 @@
  * double over fixed lanes), or on a channels-last x viewed as a row-major [M = N*H*W, C] matrix
  * (rows split into blocks, each block's per-channel sums in double, the blocks added in order).
  * Both are vectorised and give results that do not depend on the thread count. BATCH_NORM with i0
- * set is the running statistics' update (bn_running). */
+ * set is the running statistics' update (bn_running). i1 set fuses a ReLU into both directions
+ * (nb_batch_norm_relu): stats then has two more rows, the forward's coefficients. */
 #include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -23,6 +24,10 @@
 #else
 #define HOT
 #endif
+
+/* The fused ReLU's loops select on a comparison, which gcc vectorises only when it may assume
+ * that comparisons raise no floating-point exception flags (nabla never reads them). */
+#define NO_TRAP __attribute__((optimize("no-trapping-math")))
 
 /* Sums in double over LANES independent partial sums, in a fixed order (so results do not depend
  * on the thread count): one accumulator chain would make the loop latency-bound and keeps the
@@ -73,18 +78,58 @@
         for (int64_t j = 0; j < s; j++) y[j] = a * g[j] + b * x[j] + c;                            \
     }
 
+/* The fused ReLU (relu set in the kernel's i1): the forward writes max(0, a x + c), NaN kept;
+ * the backward takes g where the forward's a x + c (recomputed from x with the same a and c, in
+ * the same precision, which stats rows 3 and 4 keep) was > 0, else 0, as ReLU's own backward
+ * does with its output; the sums and their order are the plain versions', so the fused op gives
+ * the two ops' results bit for bit. */
+#define RELU_AFFINE(T)                                                                             \
+    HOT NO_TRAP static void affine_relu_##T(const T *x, int64_t s, T a, T c, T *y)                         \
+    {                                                                                              \
+        for (int64_t j = 0; j < s; j++) {                                                          \
+            T v = x[j] * a + c;                                                                    \
+            y[j] = v < 0 ? 0 : v;                                                                  \
+        }                                                                                          \
+    }                                                                                              \
+    HOT NO_TRAP static void grad_sums_relu_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
+    {                                                                                              \
+        double a[LANES] = {0}, q[LANES] = {0};                                                     \
+        int64_t j = 0;                                                                             \
+        for (; j + LANES <= s; j += LANES)                                                         \
+            for (int l = 0; l < LANES; l++) {                                                      \
+                T xv = x[j + l], gl = g[j + l], gm = xv * fa + fc > 0 ? gl : 0;                    \
+                double gv = gm;                                                                    \
+                a[l] += gv, q[l] += gv * ((double)xv - mean);                                      \
+            }                                                                                      \
+        for (; j < s; j++) {                                                                       \
+            T xv = x[j], gl = g[j], gm = xv * fa + fc > 0 ? gl : 0;                                \
+            a[0] += (double)gm, q[0] += (double)gm * ((double)xv - mean);                          \
+        }                                                                                          \
+        for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
+    }                                                                                              \
+    HOT NO_TRAP static void affine2_relu_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
+    {                                                                                              \
+        for (int64_t j = 0; j < s; j++) {                                                          \
+            T xv = x[j], gl = g[j], gm = xv * fa + fc > 0 ? gl : 0;                                \
+            y[j] = a * gm + b * xv + c;                                                            \
+        }                                                                                          \
+    }
+
 DEV_SUMS(float)
 DEV_SUMS(double)
 GRAD_SUMS(float)
 GRAD_SUMS(double)
 AFFINE(float)
 AFFINE(double)
+RELU_AFFINE(float)
+RELU_AFFINE(double)
 
 /* training: stats rows 0 and 1 = (mean, biased var) of each channel, then y = (x - mean) /
- * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward. */
+ * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward; with
+ * relu, y = max(0, that), and rows 3 and 4 = the coefficients a and c of y = a x + c. */
 #define BN_FWD(T)                                                                                  \
     static void bn_fwd_##T(int64_t n, int64_t c_count, int64_t s, const T *x, const T *w, const T *b, T *y, \
-                           T *stats, double eps, bool training)                                    \
+                           T *stats, double eps, bool training, bool relu)                         \
     {                                                                                              \
         int64_t work = n * c_count * s;                                                            \
         CHANNELS_FOR(c) {                                                                          \
@@ -102,23 +147,30 @@ AFFINE(double)
             }                                                                                      \
             double scale = (w ? w[c] : 1) / sqrt(var + eps), shift = (b ? b[c] : 0) - mean * scale; \
             stats[2 * c_count + c] = w ? w[c] : 1;                                                 \
+            if (relu) stats[3 * c_count + c] = (T)scale, stats[4 * c_count + c] = (T)shift;        \
             for (int64_t i = 0; i < n; i++)                                                        \
-                affine_##T(x + (i * c_count + c) * s, s, (T)scale, (T)shift, y + (i * c_count + c) * s); \
+                (relu ? affine_relu_##T : affine_##T)(x + (i * c_count + c) * s, s, (T)scale, (T)shift, \
+                                                      y + (i * c_count + c) * s);                  \
         }                                                                                          \
     }
 
-/* aux rows: mean, var, weight. gwb = (sum g xhat, sum g). gx: training w invstd (g - sum g / M -
- * xhat sum(g xhat) / M); evaluation w invstd g. */
+/* aux rows: mean, var, weight (and, with relu, the forward's a and c: g is masked first).
+ * gwb = (sum g xhat, sum g). gx: training w invstd (g - sum g / M - xhat sum(g xhat) / M);
+ * evaluation w invstd g. */
 #define BN_BWD(T)                                                                                  \
     static void bn_bwd_##T(int64_t n, int64_t c_count, int64_t s, const T *g, const T *x, const T *aux, T *gx, \
-                           T *gwb, double eps, bool training)                                      \
+                           T *gwb, double eps, bool training, bool relu)                           \
     {                                                                                              \
         int64_t work = n * c_count * s;                                                            \
         CHANNELS_FOR(c) {                                                                          \
             double mean = aux[c], invstd = 1 / sqrt(aux[c_count + c] + eps), w = aux[2 * c_count + c]; \
             double sums[2] = {0, 0}, m = (double)(n * s);                                          \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                grad_sums_##T(g + (i * c_count + c) * s, x + (i * c_count + c) * s, s, mean, sums); \
+            T fa = relu ? aux[3 * c_count + c] : 0, fc = relu ? aux[4 * c_count + c] : 0;          \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
+                if (relu) grad_sums_relu_##T(gi, xi, s, mean, fa, fc, sums);                       \
+                else grad_sums_##T(gi, xi, s, mean, sums);                                         \
+            }                                                                                      \
             double sg = sums[0], sgx = sums[1];                                                    \
             gwb[c] = (T)(sgx * invstd);                                                            \
             gwb[c_count + c] = (T)sg;                                                              \
@@ -129,9 +181,12 @@ AFFINE(double)
                 c0 = -k * sg / m - bx * mean;                                                      \
             }                                                                                      \
             T ta = (T)a, tb = (T)bx, tc = (T)c0;                                                   \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                affine2_##T(g + (i * c_count + c) * s, x + (i * c_count + c) * s, s, ta, tb, tc,   \
-                            gx + (i * c_count + c) * s);                                           \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
+                T *gxi = gx + (i * c_count + c) * s;                                               \
+                if (relu) affine2_relu_##T(gi, xi, s, ta, tb, tc, fa, fc, gxi);                    \
+                else affine2_##T(gi, xi, s, ta, tb, tc, gxi);                                      \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -219,12 +274,63 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             for (int64_t j = 0; j < c; j++) y[r * c + j] = a[j] * g[r * c + j] + b[j] * x[r * c + j] + k[j]; \
     }
 
+/* The fused ReLU's versions (as RELU_AFFINE), with per-channel a (fa) and c (fc); the sums
+ * in the order of the plain ones, so that the fused op gives the two ops' results bit for bit. */
+#define RELU_CL(T)                                                                                 \
+    HOT NO_TRAP static void affine_relu_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
+                                       const T *restrict k, T *restrict y)                         \
+    {                                                                                              \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                T v = x[r * c + j] * a[j] + k[j];                                                  \
+                y[r * c + j] = v < 0 ? 0 : v;                                                      \
+            }                                                                                      \
+    }                                                                                              \
+    HOT NO_TRAP static void grad_sums_relu_cl_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
+                                          const double *restrict ref, const T *restrict fa,        \
+                                          const T *restrict fc, double *restrict s, double *restrict q) \
+    {                                                                                              \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= rows; r += 4) {                                                            \
+            const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
+            const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;                     \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                T x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];                                  \
+                T h0 = g0[j], h1 = g1[j], h2 = g2[j], h3 = g3[j];                                  \
+                T m0 = x0 * fa[j] + fc[j] > 0 ? h0 : 0, m1 = x1 * fa[j] + fc[j] > 0 ? h1 : 0;      \
+                T m2 = x2 * fa[j] + fc[j] > 0 ? h2 : 0, m3 = x3 * fa[j] + fc[j] > 0 ? h3 : 0;      \
+                double v0 = m0, v1 = m1, v2 = m2, v3 = m3;                                         \
+                s[j] += (v0 + v1) + (v2 + v3);                                                     \
+                q[j] += (v0 * ((double)p0[j] - ref[j]) + v1 * ((double)p1[j] - ref[j])) +          \
+                        (v2 * ((double)p2[j] - ref[j]) + v3 * ((double)p3[j] - ref[j]));           \
+            }                                                                                      \
+        }                                                                                          \
+        for (; r < rows; r++)                                                                      \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                T xv = p[r * c + j], gl = g[r * c + j], gm = xv * fa[j] + fc[j] > 0 ? gl : 0;      \
+                double v = gm;                                                                     \
+                s[j] += v, q[j] += v * ((double)xv - ref[j]);                                      \
+            }                                                                                      \
+    }                                                                                              \
+    HOT NO_TRAP static void affine2_relu_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
+                                        const T *restrict a, const T *restrict b, const T *restrict k, \
+                                        const T *restrict fa, const T *restrict fc, T *restrict y) \
+    {                                                                                              \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t j = 0; j < c; j++) {                                                      \
+                T xv = x[r * c + j], gl = g[r * c + j], gm = xv * fa[j] + fc[j] > 0 ? gl : 0;      \
+                y[r * c + j] = a[j] * gm + b[j] * xv + k[j];                                       \
+            }                                                                                      \
+    }
+
 DEV_SUMS_CL(float)
 DEV_SUMS_CL(double)
 GRAD_SUMS_CL(float)
 GRAD_SUMS_CL(double)
 AFFINE_CL(float)
 AFFINE_CL(double)
+RELU_CL(float)
+RELU_CL(double)
 
 /* Scratch of one channels-last call: the blocks' sums (2 C doubles each), the reference point of
  * the sums (C doubles) and three per-channel coefficient rows of T. */
@@ -282,7 +388,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
  * close to the mean, so the one-pass difference of squares loses little). */
 #define BN_FWD_CL(T)                                                                               \
     static nb_status bn_fwd_cl_##T(int64_t m, int64_t c_count, const T *x, const T *w, const T *b, T *y, \
-                                   T *stats, double eps, bool training)                            \
+                                   T *stats, double eps, bool training, bool relu)                 \
     {                                                                                              \
         int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
         int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
@@ -314,6 +420,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             stats[2 * c_count + j] = w ? w[j] : 1;                                                 \
             scale[j] = (T)a;                                                                       \
             shift[j] = (T)((b ? b[j] : 0) - mean * a);                                             \
+            if (relu) stats[3 * c_count + j] = scale[j], stats[4 * c_count + j] = shift[j];        \
         }                                                                                          \
         int64_t piece = CL_PIECE / c_count > 0 ? CL_PIECE / c_count : 1;                           \
         _Pragma("omp parallel num_threads(nt)")                                                    \
@@ -322,7 +429,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             cl_share(nblk, m, &r0, &r1);                                                           \
             for (int64_t hi = r1; hi > r0; hi -= piece) {                                          \
                 int64_t lo = hi - piece > r0 ? hi - piece : r0;                                    \
-                affine_cl_##T(x + lo * c_count, hi - lo, c_count, scale, shift, y + lo * c_count); \
+                (relu ? affine_relu_cl_##T : affine_cl_##T)(x + lo * c_count, hi - lo, c_count, scale, shift, \
+                                                            y + lo * c_count);                     \
             }                                                                                      \
         }                                                                                          \
         free(sc.part);                                                                             \
@@ -332,19 +440,24 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
 /* As bn_bwd, on [M, C]. */
 #define BN_BWD_CL(T)                                                                               \
     static nb_status bn_bwd_cl_##T(int64_t m, int64_t c_count, const T *g, const T *x, const T *aux, T *gx, \
-                                   T *gwb, double eps, bool training)                              \
+                                   T *gwb, double eps, bool training, bool relu)                   \
     {                                                                                              \
         int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
         int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
         cl_scratch sc;                                                                             \
         NB_TRY(cl_scratch_new(NB_OP_BATCH_NORM_BACKWARD, nblk, c_count, sizeof(T), &sc));          \
         for (int64_t j = 0; j < c_count; j++) sc.ref[j] = aux[j];                                  \
+        const T *fa = aux + 3 * c_count, *fc = aux + 4 * c_count; /* read only with relu */        \
         _Pragma("omp parallel for num_threads(nt) schedule(static)")                               \
         for (int64_t k = 0; k < nblk; k++) {                                                       \
             int64_t r0, r1;                                                                        \
             cl_rows(k, nblk, m, &r0, &r1);                                                         \
             double *s = sc.part + k * 2 * c_count;                                                 \
-            grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count); \
+            if (relu)                                                                              \
+                grad_sums_relu_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, fa, fc, s, \
+                                      s + c_count);                                                \
+            else                                                                                   \
+                grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count); \
         }                                                                                          \
         cl_reduce(sc.part, nblk, c_count);                                                         \
         T *ta = sc.coef, *tb = ta + c_count, *tc = tb + c_count;                                   \
@@ -368,8 +481,12 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 cl_share(nblk, m, &r0, &r1);                                                       \
                 for (int64_t hi = r1; hi > r0; hi -= piece) {                                      \
                     int64_t lo = hi - piece > r0 ? hi - piece : r0;                                \
-                    affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, \
-                                   gx + lo * c_count);                                             \
+                    if (relu)                                                                      \
+                        affine2_relu_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, fa, \
+                                            fc, gx + lo * c_count);                                \
+                    else                                                                           \
+                        affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, \
+                                       gx + lo * c_count);                                         \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -412,15 +529,16 @@ static nb_status bn_cl(nb_op op, const nb_kargs *a, const nb_tensor *x)
             return nb__err(NB_ERR_INTERNAL, "%s: x is channels-last but %s is not", nb__op_name(op),
                            i ? "the upstream gradient" : "the output");
     int64_t m = x->shape[0] * x->shape[2] * x->shape[3], c = x->shape[1];
-    bool f32 = x->dtype == NB_FLOAT32;
+    bool f32 = x->dtype == NB_FLOAT32, relu = a->i1 != 0;
     if (op == NB_OP_BATCH_NORM)
         return f32 ? bn_fwd_cl_float(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                     a->flag)
+                                     a->flag, relu)
                    : bn_fwd_cl_double(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                      a->flag);
-    return f32 ? bn_bwd_cl_float(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag)
+                                      a->flag, relu);
+    return f32 ? bn_bwd_cl_float(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
+                                 relu)
                : bn_bwd_cl_double(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                  a->flag);
+                                  a->flag, relu);
 }
 
 nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
@@ -439,16 +557,19 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
     }
     if (nb__is_channels_last(x)) return bn_cl(op, a, x);
     int64_t n = x->shape[0], c = x->shape[1], s = nb__numel(x->shape + 2, x->ndim - 2);
+    bool relu = a->i1 != 0;
     if (op == NB_OP_BATCH_NORM) {
         if (dt == NB_FLOAT32)
-            bn_fwd_float(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
+            bn_fwd_float(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
+                         relu);
         else
-            bn_fwd_double(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
+            bn_fwd_double(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
+                          relu);
         return NB_OK;
     }
     if (dt == NB_FLOAT32)
-        bn_bwd_float(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
+        bn_bwd_float(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag, relu);
     else
-        bn_bwd_double(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag);
+        bn_bwd_double(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag, relu);
     return NB_OK;
 }
