@@ -36,6 +36,9 @@ void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int6
 
 /* The number of threads to use for `work` units of which `grain` are worth one thread. */
 int nb_cpu_threads_for(int64_t work, int64_t grain);
+/* The calling thread's number in its OpenMP team (0 outside a parallel region or without
+ * OpenMP): per-thread scratch in kernels that split work with `omp for`. */
+int nb_cpu_thread_num(void);
 
 /* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,
  * rows ldi (in) and ldo (out) elements apart, matrices rows * ldi and cols * ldo apart; tiled and

@@ -16,6 +16,15 @@ int nb_cpu_threads_for(int64_t work, int64_t grain)
     return useful < nt ? (int)useful : nt;
 }
 
+int nb_cpu_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops, char *const *base,
                       const int64_t (*strides)[NB_MAX_DIMS])
 {

@@ -236,25 +236,38 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             }                                                                                      \
     }
 
-#define GRAD_SUMS_CL(T)                                                                            \
-    HOT static void grad_sums_cl_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
-                                     const double *restrict ref, double *restrict s, double *restrict q) \
+/* The backward's sums, GRAD_SUMS_CL(T, NAME, KEEP): KEEP(xv, j) says whether the gradient at
+ * an x value xv of channel j counts: always (grad_sums_cl), or where the fused ReLU's forward
+ * value xv fa[j] + fc[j] was > 0 (grad_sums_relu_cl; fa and fc are read only there). One body,
+ * so that the fused op sums in the plain order and gives the two ops' results bit for bit. */
+#define KEEP_ALL(xv, j) 1
+#define KEEP_RELU(xv, j) ((xv) * fa[j] + fc[j] > 0)
+#define GRAD_SUMS_CL(T, NAME, KEEP)                                                                \
+    HOT NO_TRAP static void NAME##_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
+                                       const double *restrict ref, const T *restrict fa,           \
+                                       const T *restrict fc, double *restrict s, double *restrict q) \
     {                                                                                              \
+        (void)fa, (void)fc;                                                                        \
         int64_t r = 0;                                                                             \
         for (; r + 4 <= rows; r += 4) {                                                            \
             const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
             const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;                     \
             for (int64_t j = 0; j < c; j++) {                                                      \
-                double v0 = g0[j], v1 = g1[j], v2 = g2[j], v3 = g3[j];                             \
+                T x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];                                  \
+                T h0 = g0[j], h1 = g1[j], h2 = g2[j], h3 = g3[j];                                  \
+                T m0 = KEEP(x0, j) ? h0 : 0, m1 = KEEP(x1, j) ? h1 : 0;                            \
+                T m2 = KEEP(x2, j) ? h2 : 0, m3 = KEEP(x3, j) ? h3 : 0;                            \
+                double v0 = m0, v1 = m1, v2 = m2, v3 = m3;                                         \
                 s[j] += (v0 + v1) + (v2 + v3);                                                     \
-                q[j] += (v0 * ((double)p0[j] - ref[j]) + v1 * ((double)p1[j] - ref[j])) +          \
-                        (v2 * ((double)p2[j] - ref[j]) + v3 * ((double)p3[j] - ref[j]));           \
+                q[j] += (v0 * ((double)x0 - ref[j]) + v1 * ((double)x1 - ref[j])) +               \
+                        (v2 * ((double)x2 - ref[j]) + v3 * ((double)x3 - ref[j]));                 \
             }                                                                                      \
         }                                                                                          \
         for (; r < rows; r++)                                                                      \
             for (int64_t j = 0; j < c; j++) {                                                      \
-                double v = g[r * c + j];                                                           \
-                s[j] += v, q[j] += v * ((double)p[r * c + j] - ref[j]);                            \
+                T xv = p[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j) ? gl : 0;                 \
+                double v = gm;                                                                     \
+                s[j] += v, q[j] += v * ((double)xv - ref[j]);                                      \
             }                                                                                      \
     }
 
@@ -274,8 +287,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             for (int64_t j = 0; j < c; j++) y[r * c + j] = a[j] * g[r * c + j] + b[j] * x[r * c + j] + k[j]; \
     }
 
-/* The fused ReLU's versions (as RELU_AFFINE), with per-channel a (fa) and c (fc); the sums
- * in the order of the plain ones, so that the fused op gives the two ops' results bit for bit. */
+/* The fused ReLU's elementwise passes (as RELU_AFFINE), with per-channel a (fa) and c (fc). */
 #define RELU_CL(T)                                                                                 \
     HOT NO_TRAP static void affine_relu_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
                                        const T *restrict k, T *restrict y)                         \
@@ -284,32 +296,6 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             for (int64_t j = 0; j < c; j++) {                                                      \
                 T v = x[r * c + j] * a[j] + k[j];                                                  \
                 y[r * c + j] = v < 0 ? 0 : v;                                                      \
-            }                                                                                      \
-    }                                                                                              \
-    HOT NO_TRAP static void grad_sums_relu_cl_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
-                                          const double *restrict ref, const T *restrict fa,        \
-                                          const T *restrict fc, double *restrict s, double *restrict q) \
-    {                                                                                              \
-        int64_t r = 0;                                                                             \
-        for (; r + 4 <= rows; r += 4) {                                                            \
-            const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
-            const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;                     \
-            for (int64_t j = 0; j < c; j++) {                                                      \
-                T x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];                                  \
-                T h0 = g0[j], h1 = g1[j], h2 = g2[j], h3 = g3[j];                                  \
-                T m0 = x0 * fa[j] + fc[j] > 0 ? h0 : 0, m1 = x1 * fa[j] + fc[j] > 0 ? h1 : 0;      \
-                T m2 = x2 * fa[j] + fc[j] > 0 ? h2 : 0, m3 = x3 * fa[j] + fc[j] > 0 ? h3 : 0;      \
-                double v0 = m0, v1 = m1, v2 = m2, v3 = m3;                                         \
-                s[j] += (v0 + v1) + (v2 + v3);                                                     \
-                q[j] += (v0 * ((double)p0[j] - ref[j]) + v1 * ((double)p1[j] - ref[j])) +          \
-                        (v2 * ((double)p2[j] - ref[j]) + v3 * ((double)p3[j] - ref[j]));           \
-            }                                                                                      \
-        }                                                                                          \
-        for (; r < rows; r++)                                                                      \
-            for (int64_t j = 0; j < c; j++) {                                                      \
-                T xv = p[r * c + j], gl = g[r * c + j], gm = xv * fa[j] + fc[j] > 0 ? gl : 0;      \
-                double v = gm;                                                                     \
-                s[j] += v, q[j] += v * ((double)xv - ref[j]);                                      \
             }                                                                                      \
     }                                                                                              \
     HOT NO_TRAP static void affine2_relu_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
@@ -325,8 +311,10 @@ static int64_t cl_blocks(int64_t m, int64_t c)
 
 DEV_SUMS_CL(float)
 DEV_SUMS_CL(double)
-GRAD_SUMS_CL(float)
-GRAD_SUMS_CL(double)
+GRAD_SUMS_CL(float, grad_sums_cl, KEEP_ALL)
+GRAD_SUMS_CL(double, grad_sums_cl, KEEP_ALL)
+GRAD_SUMS_CL(float, grad_sums_relu_cl, KEEP_RELU)
+GRAD_SUMS_CL(double, grad_sums_relu_cl, KEEP_RELU)
 AFFINE_CL(float)
 AFFINE_CL(double)
 RELU_CL(float)
@@ -457,7 +445,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 grad_sums_relu_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, fa, fc, s, \
                                       s + c_count);                                                \
             else                                                                                   \
-                grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count); \
+                grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, NULL, NULL, s, \
+                                 s + c_count);                                                     \
         }                                                                                          \
         cl_reduce(sc.part, nblk, c_count);                                                         \
         T *ta = sc.coef, *tb = ta + c_count, *tc = tb + c_count;                                   \

@@ -21,10 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cpu/cpu_impl.h"
 #include "cpu/stem_impl.h"
 
@@ -70,16 +66,6 @@ static sgeom sgeom_of(const nb_conv_geom *g)
     s.cols = (g->ow - 1) * g->sw + g->kw;
     s.ld = s.cols * g->c;
     return s;
-}
-
-/* The calling thread's number in its OpenMP team (0 without OpenMP). */
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
 }
 
 /* Input rows oy0 * sh - ph + r, r < rows, of image b of x [n, h, w, c] into buf [rows][cols][c],
@@ -230,7 +216,7 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
     }
 #pragma omp parallel num_threads(nt)
     {
-        int me = thread_id();
+        int me = nb_cpu_thread_num();
         float *buf = bufs + per * (size_t)me;
         double *my = tot + acc * (size_t)me;
         memset(my, 0, acc * sizeof(double));

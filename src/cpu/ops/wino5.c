@@ -19,10 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cpu/cpu_impl.h"
 #include "cpu/wino5_impl.h"
 
@@ -46,16 +42,6 @@ typedef struct wgeom {
     int64_t tb;                     /* tiles per block, a multiple of ROWS */
     int64_t vs, ms;                 /* floats between the 36 matrices of V (ci wide) and of M (co) */
 } wgeom;
-
-/* The calling thread's number in its OpenMP team (0 without OpenMP). */
-static int thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 static wgeom wgeom_of(int64_t n, int64_t h, int64_t w, int64_t ci, int64_t co, int64_t min_tb)
 {
@@ -264,7 +250,7 @@ static nb_status forward_pass(const wgeom *g, const float *x, const float *U, co
     memset(zeros, 0, (size_t)g->ci * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
-        int me = thread_id();
+        int me = nb_cpu_thread_num();
         float *V = buf + per * (size_t)me, *M = V + NXI * g->vs;
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < nblocks; blk++) {
@@ -442,7 +428,7 @@ static nb_status weights_pass(const wgeom *g, const float *gy, const float *x, f
     memset(zeros, 0, (size_t)g->ci * sizeof(float));
 #pragma omp parallel num_threads(nt)
     {
-        int me = thread_id();
+        int me = nb_cpu_thread_num();
         float *dU = buf + per * (size_t)me, *bs = dU + nu;
         float *V = dU + acc, *dM = V + NXI * g->vs;
         double *my = tot + acc * (size_t)me;
