@@ -25,9 +25,13 @@
 #define HOT
 #endif
 
-/* The fused ReLU's loops select on a comparison, which gcc vectorises only when it may assume
- * that comparisons raise no floating-point exception flags (nabla never reads them). */
-#define NO_TRAP __attribute__((optimize("no-trapping-math")))
+/* The hot loops' floating-point options. The fused ReLU's loops select on a comparison, which
+ * gcc vectorises only when it may assume that comparisons raise no floating-point exception
+ * flags (nabla never reads them). And no product is fused into an FMA: gcc fuses a x + b where
+ * it sees fit, differently in a loop with a select than in one without, while the fused ReLU's
+ * results must be the plain loops' bit for bit (these loops are memory-bound: an FMA saves
+ * nothing here). */
+#define FP_OPTS __attribute__((optimize("no-trapping-math", "fp-contract=off")))
 
 /* Sums in double over LANES independent partial sums, in a fixed order (so results do not depend
  * on the thread count): one accumulator chain would make the loop latency-bound and keeps the
@@ -36,7 +40,7 @@
 
 /* out[0] += sum (p[j] - mean), out[1] += sum (p[j] - mean)^2 over j < s. */
 #define DEV_SUMS(T)                                                                                \
-    HOT static void dev_sums_##T(const T *p, int64_t s, double mean, double *out)                  \
+    HOT FP_OPTS static void dev_sums_##T(const T *p, int64_t s, double mean, double *out)                  \
     {                                                                                              \
         double a[LANES] = {0}, q[LANES] = {0};                                                     \
         int64_t j = 0;                                                                             \
@@ -54,7 +58,7 @@
 
 /* out[0] += sum g, out[1] += sum g (x - mean). */
 #define GRAD_SUMS(T)                                                                               \
-    HOT static void grad_sums_##T(const T *g, const T *x, int64_t s, double mean, double *out)     \
+    HOT FP_OPTS static void grad_sums_##T(const T *g, const T *x, int64_t s, double mean, double *out)     \
     {                                                                                              \
         double a[LANES] = {0}, q[LANES] = {0};                                                     \
         int64_t j = 0;                                                                             \
@@ -69,11 +73,11 @@
 
 /* y = a x + c, and y = a g + b x + c. */
 #define AFFINE(T)                                                                                  \
-    HOT static void affine_##T(const T *x, int64_t s, T a, T c, T *y)                              \
+    HOT FP_OPTS static void affine_##T(const T *x, int64_t s, T a, T c, T *y)                              \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) y[j] = x[j] * a + c;                                       \
     }                                                                                              \
-    HOT static void affine2_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T *y)            \
+    HOT FP_OPTS static void affine2_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T *y)            \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) y[j] = a * g[j] + b * x[j] + c;                            \
     }
@@ -84,14 +88,14 @@
  * does with its output; the sums and their order are the plain versions', so the fused op gives
  * the two ops' results bit for bit. */
 #define RELU_AFFINE(T)                                                                             \
-    HOT NO_TRAP static void affine_relu_##T(const T *x, int64_t s, T a, T c, T *y)                         \
+    HOT FP_OPTS static void affine_relu_##T(const T *x, int64_t s, T a, T c, T *y)                         \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) {                                                          \
             T v = x[j] * a + c;                                                                    \
             y[j] = v < 0 ? 0 : v;                                                                  \
         }                                                                                          \
     }                                                                                              \
-    HOT NO_TRAP static void grad_sums_relu_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
+    HOT FP_OPTS static void grad_sums_relu_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
     {                                                                                              \
         double a[LANES] = {0}, q[LANES] = {0};                                                     \
         int64_t j = 0;                                                                             \
@@ -107,7 +111,7 @@
         }                                                                                          \
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }                                                                                              \
-    HOT NO_TRAP static void affine2_relu_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
+    HOT FP_OPTS static void affine2_relu_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) {                                                          \
             T xv = x[j], gl = g[j], gm = xv * fa + fc > 0 ? gl : 0;                                \
@@ -216,7 +220,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
  * added before they reach the accumulators, which cuts the load-add-store chain through s and
  * q by four when C is small. */
 #define DEV_SUMS_CL(T)                                                                             \
-    HOT static void dev_sums_cl_##T(const T *restrict p, int64_t rows, int64_t c, const double *restrict ref, \
+    HOT FP_OPTS static void dev_sums_cl_##T(const T *restrict p, int64_t rows, int64_t c, const double *restrict ref, \
                                     double *restrict s, double *restrict q)                        \
     {                                                                                              \
         int64_t r = 0;                                                                             \
@@ -243,7 +247,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
 #define KEEP_ALL(xv, j) 1
 #define KEEP_RELU(xv, j) ((xv) * fa[j] + fc[j] > 0)
 #define GRAD_SUMS_CL(T, NAME, KEEP)                                                                \
-    HOT NO_TRAP static void NAME##_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
+    HOT FP_OPTS static void NAME##_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
                                        const double *restrict ref, const T *restrict fa,           \
                                        const T *restrict fc, double *restrict s, double *restrict q) \
     {                                                                                              \
@@ -273,13 +277,13 @@ static int64_t cl_blocks(int64_t m, int64_t c)
 
 /* y = x a + k, and y = a g + b x + k, with per-channel a, b, k. */
 #define AFFINE_CL(T)                                                                               \
-    HOT static void affine_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
+    HOT FP_OPTS static void affine_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
                                   const T *restrict k, T *restrict y)                              \
     {                                                                                              \
         for (int64_t r = 0; r < rows; r++)                                                         \
             for (int64_t j = 0; j < c; j++) y[r * c + j] = x[r * c + j] * a[j] + k[j];             \
     }                                                                                              \
-    HOT static void affine2_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
+    HOT FP_OPTS static void affine2_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
                                    const T *restrict a, const T *restrict b, const T *restrict k,  \
                                    T *restrict y)                                                  \
     {                                                                                              \
@@ -289,7 +293,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
 
 /* The fused ReLU's elementwise passes (as RELU_AFFINE), with per-channel a (fa) and c (fc). */
 #define RELU_CL(T)                                                                                 \
-    HOT NO_TRAP static void affine_relu_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
+    HOT FP_OPTS static void affine_relu_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
                                        const T *restrict k, T *restrict y)                         \
     {                                                                                              \
         for (int64_t r = 0; r < rows; r++)                                                         \
@@ -298,7 +302,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
                 y[r * c + j] = v < 0 ? 0 : v;                                                      \
             }                                                                                      \
     }                                                                                              \
-    HOT NO_TRAP static void affine2_relu_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
+    HOT FP_OPTS static void affine2_relu_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
                                         const T *restrict a, const T *restrict b, const T *restrict k, \
                                         const T *restrict fa, const T *restrict fc, T *restrict y) \
     {                                                                                              \
