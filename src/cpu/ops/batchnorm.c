@@ -56,18 +56,37 @@
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }
 
-/* out[0] += sum g, out[1] += sum g (x - mean). */
-#define GRAD_SUMS(T)                                                                               \
-    HOT FP_OPTS static void grad_sums_##T(const T *g, const T *x, int64_t s, double mean, double *out)     \
+/* out[0] += sum g, out[1] += sum g (x - mean) over the g that count: GRAD_SUMS(T, NAME, KEEP),
+ * KEEP(xv) whether the gradient at an x value xv counts: always (grad_sums), or where the fused
+ * ReLU's forward value xv fa + fc was > 0 (grad_sums_relu). One body, so that the fused op sums
+ * in the plain order. The kept values are first made for a chunk of SUM_CHUNK (a multiple of
+ * LANES) in a loop of their own, which gcc vectorises (a select inside the unrolled LANES loop
+ * kept it scalar); the sums then run over the chunk in LANES blocks, the last s % LANES values
+ * going to lane 0 at the very end, as in one pass over s. */
+#define SUM_CHUNK 512
+#define KEEP_ALL_S(xv) ((void)(xv), 1)
+#define KEEP_RELU_S(xv) ((xv) * fa + fc > 0)
+#define GRAD_SUMS(T, NAME, KEEP)                                                                   \
+    HOT FP_OPTS static void NAME##_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
     {                                                                                              \
+        (void)fa, (void)fc;                                                                        \
         double a[LANES] = {0}, q[LANES] = {0};                                                     \
-        int64_t j = 0;                                                                             \
-        for (; j + LANES <= s; j += LANES)                                                         \
-            for (int l = 0; l < LANES; l++) {                                                      \
-                double gv = (double)g[j + l];                                                      \
-                a[l] += gv, q[l] += gv * ((double)x[j + l] - mean);                                \
+        T gk[SUM_CHUNK];                                                                           \
+        for (int64_t j0 = 0; j0 < s; j0 += SUM_CHUNK) {                                            \
+            int64_t n = s - j0 < SUM_CHUNK ? s - j0 : SUM_CHUNK, full = n / LANES * LANES;         \
+            const T *xc = x + j0, *gc = g + j0;                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T xv = xc[i], gl = gc[i];                                                          \
+                gk[i] = KEEP(xv) ? gl : 0;                                                         \
             }                                                                                      \
-        for (; j < s; j++) a[0] += (double)g[j], q[0] += (double)g[j] * ((double)x[j] - mean);     \
+            for (int64_t i = 0; i < full; i += LANES)                                              \
+                for (int l = 0; l < LANES; l++) {                                                  \
+                    double gv = gk[i + l];                                                         \
+                    a[l] += gv, q[l] += gv * ((double)xc[i + l] - mean);                           \
+                }                                                                                  \
+            for (int64_t i = full; i < n; i++) /* only in the last chunk */                        \
+                a[0] += (double)gk[i], q[0] += (double)gk[i] * ((double)xc[i] - mean);             \
+        }                                                                                          \
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }
 
@@ -95,22 +114,6 @@
             y[j] = v < 0 ? 0 : v;                                                                  \
         }                                                                                          \
     }                                                                                              \
-    HOT FP_OPTS static void grad_sums_relu_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
-    {                                                                                              \
-        double a[LANES] = {0}, q[LANES] = {0};                                                     \
-        int64_t j = 0;                                                                             \
-        for (; j + LANES <= s; j += LANES)                                                         \
-            for (int l = 0; l < LANES; l++) {                                                      \
-                T xv = x[j + l], gl = g[j + l], gm = xv * fa + fc > 0 ? gl : 0;                    \
-                double gv = gm;                                                                    \
-                a[l] += gv, q[l] += gv * ((double)xv - mean);                                      \
-            }                                                                                      \
-        for (; j < s; j++) {                                                                       \
-            T xv = x[j], gl = g[j], gm = xv * fa + fc > 0 ? gl : 0;                                \
-            a[0] += (double)gm, q[0] += (double)gm * ((double)xv - mean);                          \
-        }                                                                                          \
-        for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
-    }                                                                                              \
     HOT FP_OPTS static void affine2_relu_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) {                                                          \
@@ -121,8 +124,10 @@
 
 DEV_SUMS(float)
 DEV_SUMS(double)
-GRAD_SUMS(float)
-GRAD_SUMS(double)
+GRAD_SUMS(float, grad_sums, KEEP_ALL_S)
+GRAD_SUMS(double, grad_sums, KEEP_ALL_S)
+GRAD_SUMS(float, grad_sums_relu, KEEP_RELU_S)
+GRAD_SUMS(double, grad_sums_relu, KEEP_RELU_S)
 AFFINE(float)
 AFFINE(double)
 RELU_AFFINE(float)
@@ -173,7 +178,7 @@ RELU_AFFINE(double)
             for (int64_t i = 0; i < n; i++) {                                                      \
                 const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
                 if (relu) grad_sums_relu_##T(gi, xi, s, mean, fa, fc, sums);                       \
-                else grad_sums_##T(gi, xi, s, mean, sums);                                         \
+                else grad_sums_##T(gi, xi, s, mean, 0, 0, sums);                                   \
             }                                                                                      \
             double sg = sums[0], sgx = sums[1];                                                    \
             gwb[c] = (T)(sgx * invstd);                                                            \
