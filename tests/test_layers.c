@@ -208,6 +208,40 @@ static void grads_of(nb_module *m, nb_tensor *x, nb_tensor *y, const nb_tensor *
     }
 }
 
+/* Sequential runs BatchNorm2d + ReLU as one op (nb_batch_norm_relu: the output's grad_fn is
+ * batch norm's): bit for bit the output and gradients of running the children one by one, in
+ * training, float32 and float64, NCHW and channels-last. */
+static void test_sequential_bn_relu_fusion(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 4; mode++) {
+        nb_scope *s = nb_scope_begin();
+        nb_tensor_params p = nb_tensor_params_default();
+        p.dtype = mode & 1 ? NB_FLOAT64 : NB_FLOAT32;
+        nb_module *k[3] = {NBT_CHECK(nb_conv2d_module(3, 5, 3, 1, NULL, false, &p)),
+                           NBT_CHECK(nb_batch_norm2d_module(5, &p)), NBT_CHECK(nb_relu_module())};
+        nb_module *m = NBT_CHECK(nb_sequential(k, 3));
+        nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){2, 3, 9, 7}, 4, &p));
+        if (mode & 2) x = NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST));
+        NBT_OK(nb_tensor_set_requires_grad(x, true));
+        nb_tensor *fused = NBT_CHECK(nb_module_forward(m, x)), *h = x;
+        for (int i = 0; i < 3; i++) {
+            char key[4] = {(char)('0' + i), 0};
+            h = NBT_CHECK(nb_module_forward(nb_module_get_module(m, key), h));
+        }
+        assert_string_equal(nb_tensor_grad_fn_name(fused), "BatchNormBackward0");
+        assert_string_equal(nb_tensor_grad_fn_name(h), nb_tensor_grad_fn_name(NBT_CHECK(nb_relu(x))));
+        nbt_assert_close(fused, h, 0, 0, "Sequential BN + ReLU fused vs unfused: out");
+        nb_tensor *gout = NBT_CHECK(nb_randn_like(h)), *ga[4], *gb[4];
+        grads_of(m, x, fused, gout, ga);
+        NBT_OK(nb_tensor_set_grad(x, NULL));
+        grads_of(m, x, h, gout, gb);
+        for (int i = 0; i < 4; i++) nbt_assert_close(ga[i], gb[i], 0, 0, "Sequential BN + ReLU fused vs unfused: grads");
+        nb_module_free(m);
+        nb_scope_end(s);
+    }
+}
+
 /* A module typed "ReLU" that doubles its input: Sequential must not take it for a ReLU. */
 static nb_tensor *twice_forward(nb_module *self, nb_tensor *x) { return (void)self, nb_mul_scalar(x, 2); }
 static const nb_module_funcs twice_funcs = {"ReLU", twice_forward, NULL};
@@ -306,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_lrn_gradcheck),
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_sequential_fusion),
+        cmocka_unit_test(test_sequential_bn_relu_fusion),
         cmocka_unit_test(test_errors),
     };
     return NBT_RUN(tests);

@@ -126,7 +126,9 @@ NB_API nb_status nb_init_normal_(nb_tensor *t, double mean, double std, nb_gener
 NB_API nb_module *nb_linear_module(int64_t in_features, int64_t out_features, bool bias,
                                    const nb_tensor_params *p);
 /* Runs children in order; takes ownership of the n children, also on failure. A NULL child (a
- * constructor that failed) makes it fail, keeping that constructor's error in the message. */
+ * constructor that failed) makes it fail, keeping that constructor's error in the message. A
+ * Conv2d or BatchNorm2d child directly followed by a ReLU child runs as one op with the ReLU
+ * fused (the same values and gradients). */
 NB_API nb_module *nb_sequential(nb_module **children, int n);
 NB_API nb_module *nb_relu_module(void);
 NB_API nb_module *nb_sigmoid_module(void);

@@ -12,8 +12,9 @@ nb_module *nb__zoo_conv(int64_t cin, int64_t cout, int64_t k, int64_t stride, in
 /* A module of type funcs with kids[i] registered under names[i]; takes ownership of every kid,
  * also on failure (NULL, with the error of the first failure). */
 nb_module *nb__zoo_container(const nb_module_funcs *funcs, const char *const *names, nb_module **kids, int n);
-/* relu(bn(x)) for a BatchNorm2d module bn: nb_module_forward and nb_relu in one, on
- * nb_batch_norm_relu (one pass each way on the CPU). */
+/* Whether m is a BatchNorm2d module; relu(bn(x)) for one: nb_module_forward and nb_relu in one,
+ * on nb_batch_norm_relu (one pass each way on the CPU). nb_sequential uses both too. */
+bool nb__is_batch_norm2d_module(const nb_module *m);
 nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x);
 /* The DLBench networks (models_dlbench.c), called by nb_model_create after its argument checks;
  * *known is false when name is not one of them. */

@@ -10,6 +10,7 @@
 #include "nabla/loss.h"
 #include "nabla/module.h"
 #include "nabla/ops.h"
+#include "nn/models_impl.h"
 
 /* The options of a module with scalar settings (slope, dims, p), kept in its user pointer. */
 typedef struct scalar_opts {
@@ -127,16 +128,18 @@ static nb_module *child_at(nb_module *self, int i)
     return nb_module_get_module(self, name);
 }
 
-/* The children in order; a Conv2d immediately followed by a ReLU runs as one convolution with the
- * ReLU fused (same values and gradients, one node and one pass fewer). */
+/* The children in order; a Conv2d or a BatchNorm2d immediately followed by a ReLU runs as one op
+ * with the ReLU fused (nb_conv2d's relu, nb_batch_norm_relu: the same values and gradients, one
+ * node and one pass fewer). */
 static nb_tensor *sequential_forward(nb_module *self, nb_tensor *x)
 {
     nb_tensor *y = x;
     nb_module *child, *next;
     for (int i = 0; y && (child = child_at(self, i)); i++) {
-        next = nb__is_conv2d_module(child) ? child_at(self, i + 1) : NULL;
+        bool conv = nb__is_conv2d_module(child), bn = !conv && nb__is_batch_norm2d_module(child);
+        next = conv || bn ? child_at(self, i + 1) : NULL;
         if (next && nb_module_type_name(next) == relu_type_name) {
-            y = nb__conv2d_relu_forward(child, y);
+            y = conv ? nb__conv2d_relu_forward(child, y) : nb__zoo_bn_relu(child, y);
             i++;
         } else {
             y = nb_module_forward(child, y);

@@ -218,9 +218,11 @@ static nb_tensor *bn1d_forward(nb_module *self, nb_tensor *x)
 static const nb_module_funcs bn2d_funcs = {"BatchNorm2d", bn2d_forward, NULL};
 static const nb_module_funcs bn1d_funcs = {"BatchNorm1d", bn1d_forward, NULL};
 
+bool nb__is_batch_norm2d_module(const nb_module *m) { return m && nb_module_type_name(m) == bn2d_funcs.type_name; }
+
 nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x)
 {
-    if (!bn || nb_module_type_name(bn) != bn2d_funcs.type_name)
+    if (!nb__is_batch_norm2d_module(bn))
         return nb__err_null(NB_ERR_INTERNAL, "zoo_bn_relu: %s is not a BatchNorm2d",
                             bn ? nb_module_type_name(bn) : "NULL");
     if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_relu: NULL input to BatchNorm2d");
