@@ -90,34 +90,28 @@
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }
 
-/* y = a x + c, and y = a g + b x + c. */
-#define AFFINE(T)                                                                                  \
-    HOT FP_OPTS static void affine_##T(const T *x, int64_t s, T a, T c, T *y)                              \
-    {                                                                                              \
-        for (int64_t j = 0; j < s; j++) y[j] = x[j] * a + c;                                       \
-    }                                                                                              \
-    HOT FP_OPTS static void affine2_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T *y)            \
-    {                                                                                              \
-        for (int64_t j = 0; j < s; j++) y[j] = a * g[j] + b * x[j] + c;                            \
-    }
-
-/* The fused ReLU (relu set in the kernel's i1): the forward writes max(0, a x + c), NaN kept;
- * the backward takes g where the forward's a x + c (recomputed from x with the same a and c, in
- * the same precision, which stats rows 3 and 4 keep) was > 0, else 0, as ReLU's own backward
- * does with its output; the sums and their order are the plain versions', so the fused op gives
- * the two ops' results bit for bit. */
-#define RELU_AFFINE(T)                                                                             \
-    HOT FP_OPTS static void affine_relu_##T(const T *x, int64_t s, T a, T c, T *y)                         \
+/* y = OUT(a x + c), and y = a g' + b x + c with g' = KEEP(x) ? g : 0: the plain passes (OUT the
+ * value itself, KEEP_ALL_S) and the fused ReLU's (relu set in the kernel's i1). Its forward
+ * writes max(0, a x + c), NaN kept; its backward takes g where the forward's a x + c
+ * (recomputed from x with the same a and c, in the same precision, which stats rows 3 and 4
+ * keep) was > 0, else 0, as ReLU's own backward does with its output. One body for both, with
+ * the sums' above, so the fused op gives the two ops' results bit for bit. */
+#define SAME(v) (v)
+#define RELU(v) ((v) < 0 ? 0 : (v))
+#define AFFINE(T, NAME, OUT)                                                                       \
+    HOT FP_OPTS static void NAME##_##T(const T *x, int64_t s, T a, T c, T *y)                      \
     {                                                                                              \
         for (int64_t j = 0; j < s; j++) {                                                          \
             T v = x[j] * a + c;                                                                    \
-            y[j] = v < 0 ? 0 : v;                                                                  \
+            y[j] = OUT(v);                                                                         \
         }                                                                                          \
-    }                                                                                              \
-    HOT FP_OPTS static void affine2_relu_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
+    }
+#define AFFINE2(T, NAME, KEEP)                                                                     \
+    HOT FP_OPTS static void NAME##_##T(const T *g, const T *x, int64_t s, T a, T b, T c, T fa, T fc, T *y) \
     {                                                                                              \
+        (void)fa, (void)fc;                                                                        \
         for (int64_t j = 0; j < s; j++) {                                                          \
-            T xv = x[j], gl = g[j], gm = xv * fa + fc > 0 ? gl : 0;                                \
+            T xv = x[j], gl = g[j], gm = KEEP(xv) ? gl : 0;                                        \
             y[j] = a * gm + b * xv + c;                                                            \
         }                                                                                          \
     }
@@ -128,10 +122,14 @@ GRAD_SUMS(float, grad_sums, KEEP_ALL_S)
 GRAD_SUMS(double, grad_sums, KEEP_ALL_S)
 GRAD_SUMS(float, grad_sums_relu, KEEP_RELU_S)
 GRAD_SUMS(double, grad_sums_relu, KEEP_RELU_S)
-AFFINE(float)
-AFFINE(double)
-RELU_AFFINE(float)
-RELU_AFFINE(double)
+AFFINE(float, affine, SAME)
+AFFINE(double, affine, SAME)
+AFFINE(float, affine_relu, RELU)
+AFFINE(double, affine_relu, RELU)
+AFFINE2(float, affine2, KEEP_ALL_S)
+AFFINE2(double, affine2, KEEP_ALL_S)
+AFFINE2(float, affine2_relu, KEEP_RELU_S)
+AFFINE2(double, affine2_relu, KEEP_RELU_S)
 
 /* training: stats rows 0 and 1 = (mean, biased var) of each channel, then y = (x - mean) /
  * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward; with
@@ -194,7 +192,7 @@ RELU_AFFINE(double)
                 const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
                 T *gxi = gx + (i * c_count + c) * s;                                               \
                 if (relu) affine2_relu_##T(gi, xi, s, ta, tb, tc, fa, fc, gxi);                    \
-                else affine2_##T(gi, xi, s, ta, tb, tc, gxi);                                      \
+                else affine2_##T(gi, xi, s, ta, tb, tc, 0, 0, gxi);                                \
             }                                                                                      \
         }                                                                                          \
     }
@@ -249,7 +247,7 @@ static int64_t cl_blocks(int64_t m, int64_t c)
  * an x value xv of channel j counts: always (grad_sums_cl), or where the fused ReLU's forward
  * value xv fa[j] + fc[j] was > 0 (grad_sums_relu_cl; fa and fc are read only there). One body,
  * so that the fused op sums in the plain order and gives the two ops' results bit for bit. */
-#define KEEP_ALL(xv, j) 1
+#define KEEP_ALL(xv, j) ((void)(xv), 1)
 #define KEEP_RELU(xv, j) ((xv) * fa[j] + fc[j] > 0)
 #define GRAD_SUMS_CL(T, NAME, KEEP)                                                                \
     HOT FP_OPTS static void NAME##_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
@@ -280,40 +278,27 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             }                                                                                      \
     }
 
-/* y = x a + k, and y = a g + b x + k, with per-channel a, b, k. */
-#define AFFINE_CL(T)                                                                               \
-    HOT FP_OPTS static void affine_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
-                                  const T *restrict k, T *restrict y)                              \
-    {                                                                                              \
-        for (int64_t r = 0; r < rows; r++)                                                         \
-            for (int64_t j = 0; j < c; j++) y[r * c + j] = x[r * c + j] * a[j] + k[j];             \
-    }                                                                                              \
-    HOT FP_OPTS static void affine2_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
-                                   const T *restrict a, const T *restrict b, const T *restrict k,  \
-                                   T *restrict y)                                                  \
-    {                                                                                              \
-        for (int64_t r = 0; r < rows; r++)                                                         \
-            for (int64_t j = 0; j < c; j++) y[r * c + j] = a[j] * g[r * c + j] + b[j] * x[r * c + j] + k[j]; \
-    }
-
-/* The fused ReLU's elementwise passes (as RELU_AFFINE), with per-channel a (fa) and c (fc). */
-#define RELU_CL(T)                                                                                 \
-    HOT FP_OPTS static void affine_relu_cl_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
+/* y = OUT(x a + k), and y = a g' + b x + k with g' = KEEP(x, j) ? g : 0, with per-channel a, b,
+ * k (and the fused ReLU's fa, fc): as AFFINE and AFFINE2. */
+#define AFFINE_CL(T, NAME, OUT)                                                                    \
+    HOT FP_OPTS static void NAME##_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
                                        const T *restrict k, T *restrict y)                         \
     {                                                                                              \
         for (int64_t r = 0; r < rows; r++)                                                         \
             for (int64_t j = 0; j < c; j++) {                                                      \
                 T v = x[r * c + j] * a[j] + k[j];                                                  \
-                y[r * c + j] = v < 0 ? 0 : v;                                                      \
+                y[r * c + j] = OUT(v);                                                             \
             }                                                                                      \
-    }                                                                                              \
-    HOT FP_OPTS static void affine2_relu_cl_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
-                                        const T *restrict a, const T *restrict b, const T *restrict k, \
-                                        const T *restrict fa, const T *restrict fc, T *restrict y) \
+    }
+#define AFFINE2_CL(T, NAME, KEEP)                                                                  \
+    HOT FP_OPTS static void NAME##_##T(const T *restrict g, const T *restrict x, int64_t rows, int64_t c, \
+                                       const T *restrict a, const T *restrict b, const T *restrict k, \
+                                       const T *restrict fa, const T *restrict fc, T *restrict y)  \
     {                                                                                              \
+        (void)fa, (void)fc;                                                                        \
         for (int64_t r = 0; r < rows; r++)                                                         \
             for (int64_t j = 0; j < c; j++) {                                                      \
-                T xv = x[r * c + j], gl = g[r * c + j], gm = xv * fa[j] + fc[j] > 0 ? gl : 0;      \
+                T xv = x[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j) ? gl : 0;                 \
                 y[r * c + j] = a[j] * gm + b[j] * xv + k[j];                                       \
             }                                                                                      \
     }
@@ -324,10 +309,14 @@ GRAD_SUMS_CL(float, grad_sums_cl, KEEP_ALL)
 GRAD_SUMS_CL(double, grad_sums_cl, KEEP_ALL)
 GRAD_SUMS_CL(float, grad_sums_relu_cl, KEEP_RELU)
 GRAD_SUMS_CL(double, grad_sums_relu_cl, KEEP_RELU)
-AFFINE_CL(float)
-AFFINE_CL(double)
-RELU_CL(float)
-RELU_CL(double)
+AFFINE_CL(float, affine_cl, SAME)
+AFFINE_CL(double, affine_cl, SAME)
+AFFINE_CL(float, affine_relu_cl, RELU)
+AFFINE_CL(double, affine_relu_cl, RELU)
+AFFINE2_CL(float, affine2_cl, KEEP_ALL)
+AFFINE2_CL(double, affine2_cl, KEEP_ALL)
+AFFINE2_CL(float, affine2_relu_cl, KEEP_RELU)
+AFFINE2_CL(double, affine2_relu_cl, KEEP_RELU)
 
 /* Scratch of one channels-last call: the blocks' sums (2 C doubles each), the reference point of
  * the sums (C doubles) and three per-channel coefficient rows of T. */
@@ -483,8 +472,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                         affine2_relu_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, fa, \
                                             fc, gx + lo * c_count);                                \
                     else                                                                           \
-                        affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, \
-                                       gx + lo * c_count);                                         \
+                        affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, NULL, \
+                                       NULL, gx + lo * c_count);                                   \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
