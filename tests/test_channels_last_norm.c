@@ -54,18 +54,28 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
 {
     nb_scope *sc = nb_scope_begin();
     char what[256];
-    int64_t params[2] = {0}; /* training(, relu) */
+    int64_t params[3] = {0}; /* training(, relu, the residual's input index) */
     double scalars[2];
     nb_tensor *pt = NBT_CHECK(nbt_ref(m, name, "params"));
     NBT_OK(nb_tensor_read(pt, params, (size_t)nb_tensor_numel(pt) * sizeof(int64_t)));
     NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(m, name, "scalars")), scalars, sizeof scalars));
-    bool affine = nbt_ref(m, name, "in1") != NULL;
+    /* the residual (nb_batch_norm_add_relu) comes after x, weight and bias; made channels-last
+     * when the upstream gradient is not (the op lays it out as x in either case) */
+    int ri = params[1] ? (int)params[2] : 0;
+    bool affine = nbt_ref(m, name, ri == 1 ? "in2" : "in1") != NULL;
     nb_tensor *x = leaf_of(to_cl(NBT_CHECK(nbt_ref(m, name, "in0"))));
     nb_tensor *w = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in1")))) : NULL;
-    nb_tensor *b = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in2")))) : NULL;
+    nb_tensor *b = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in2")))) : NULL, *r = NULL;
+    if (ri) {
+        char key[16];
+        snprintf(key, sizeof key, "in%d", ri);
+        nb_tensor *r0 = NBT_CHECK(nbt_ref(m, name, key));
+        r = leaf_of(gout_cl ? NBT_CHECK(nb_clone(r0)) : to_cl(r0));
+    }
     nb_tensor *rm = NBT_CHECK(nb_clone(nbt_ref(m, name, "rm"))), *rv = NBT_CHECK(nb_clone(nbt_ref(m, name, "rv")));
-    nb_tensor *y = NBT_CHECK(
-        (params[1] ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1]));
+    nb_tensor *y = NBT_CHECK(r ? nb_batch_norm_add_relu(x, r, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1])
+                               : (params[1] ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, params[0] != 0,
+                                                                                  scalars[0], scalars[1]));
     double rtol, atol;
     tolerances(nb_tensor_dtype(y), &rtol, &atol);
     snprintf(what, sizeof what, "%s: out", name);
@@ -77,8 +87,11 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
     nbt_assert_close(rv, nbt_ref(m, name, "rv_out"), rtol, atol, what);
     nb_tensor *gout = NBT_CHECK(nbt_ref(m, name, "gout"));
     NBT_OK(nb_backward(y, gout_cl ? to_cl(gout) : gout, NB_BACKWARD_DEFAULT));
-    nb_tensor *leaves[3] = {x, w, b};
-    for (int i = 0; i < (affine ? 3 : 1); i++) {
+    /* the leaves in the order of the case's inputs */
+    nb_tensor *leaves[4] = {x, w, b};
+    int nin = affine ? 3 : 1;
+    if (r) leaves[nin++] = r;
+    for (int i = 0; i < nin; i++) {
         char key[16];
         snprintf(key, sizeof key, "grad%d", i);
         snprintf(what, sizeof what, "%s (upstream gradient %s): %s", name, gout_cl ? "channels-last" : "contiguous",
@@ -91,7 +104,8 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
 }
 
 /* Every 4-D batch_norm case (training and evaluation, with and without affine parameters, a
- * channel far from zero, with the fused ReLU), float32 and float64. */
+ * channel far from zero, with the fused ReLU, with the fused residual and ReLU), float32 and
+ * float64. */
 static void test_pytorch_cases(void **state)
 {
     nb_tensor_map *m = nbt_load_ref("nn");
@@ -338,53 +352,65 @@ static void test_thread_counts(void **state)
 
 /* ---- the fused ReLU ----------------------------------------------------------------------- */
 
-/* nb_batch_norm_relu against nb_relu(nb_batch_norm(...)) on the same data: the output, the
- * running statistics and the three gradients the same bits, in both layouts, float32 and
- * float64, training and evaluation (the fused backward recomputes the ReLU's mask from x and
- * sums in the plain kernels' order). The shape has many row blocks, a channel count that is no
- * multiple of a vector and, channels-last, a row count that is no multiple of four; x is
- * centred so that about half of the values are clipped. */
+/* nb_batch_norm_relu against nb_relu(nb_batch_norm(...)), and nb_batch_norm_add_relu against
+ * nb_relu(nb_add(nb_batch_norm(...), r)), on the same data: the output, the running statistics
+ * and the gradients (x, weight, bias and the residual's) the same bits, in both layouts, float32
+ * and float64, training and evaluation (the fused backward recomputes the ReLU's mask from x
+ * (and r) and sums in the plain kernels' order). The shape has many row blocks, a channel count
+ * that is no multiple of a vector and, channels-last, a row count that is no multiple of four; x
+ * is centred so that about half of the values are clipped. The residual is made in the other
+ * layout in half of the runs (the fused op lays it out as x). */
 static void test_relu_fused_bitwise(void **state)
 {
     nb_manual_seed(15);
     int64_t shape[4] = {3, 19, 37, 31}, cs[1] = {19};
     int runs = 0;
-    for (int mode = 0; mode < 8; mode++) {
+    for (int mode = 0; mode < 24; mode++) {
         nb_scope *sc = nb_scope_begin();
-        bool cl = mode & 1, training = mode & 2;
+        bool cl = mode & 1, training = mode & 2, residual = mode >= 8, other_layout = mode >= 16;
         nb_tensor_params p = nb_tensor_params_default();
         p.dtype = mode & 4 ? NB_FLOAT64 : NB_FLOAT32;
         nb_tensor *x = NBT_CHECK(nb_randn(shape, 4, &p)), *g = NBT_CHECK(nb_randn(shape, 4, &p));
+        nb_tensor *r = residual ? NBT_CHECK(nb_randn(shape, 4, &p)) : NULL;
         if (cl) x = to_cl(x), g = to_cl(g);
-        nb_tensor *w = NBT_CHECK(nb_randn(cs, 1, &p)), *b = NBT_CHECK(nb_randn(cs, 1, &p)), *res[2][7];
+        if (r && cl != other_layout) r = to_cl(r);
+        nb_tensor *w = NBT_CHECK(nb_randn(cs, 1, &p)), *b = NBT_CHECK(nb_randn(cs, 1, &p)), *res[2][8];
         nb_tensor *rm = NBT_CHECK(nb_randn(cs, 1, &p)), *rv = NBT_CHECK(nb_add_scalar(nb_rand(cs, 1, &p), 0.5));
         for (int fused = 0; fused < 2; fused++) {
-            nb_tensor *l[3] = {nbt_leaf(x), nbt_leaf(w), nbt_leaf(b)};
+            nb_tensor *l[4] = {nbt_leaf(x), nbt_leaf(w), nbt_leaf(b), r ? nbt_leaf(r) : NULL};
             res[fused][1] = NBT_CHECK(nb_clone(rm));
             res[fused][2] = NBT_CHECK(nb_clone(rv));
-            res[fused][0] = NBT_CHECK(
-                fused ? nb_batch_norm_relu(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM, EPS)
-                      : nb_relu(nb_batch_norm(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM,
-                                              EPS)));
-            if (cl) assert_cl(res[fused][0], "batch_norm_relu's output");
+            if (fused && r)
+                res[fused][0] = nb_batch_norm_add_relu(l[0], l[3], res[fused][1], res[fused][2], l[1], l[2], training,
+                                                       MOMENTUM, EPS);
+            else if (fused)
+                res[fused][0] = nb_batch_norm_relu(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM,
+                                                   EPS);
+            else {
+                nb_tensor *y = nb_batch_norm(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM, EPS);
+                res[fused][0] = nb_relu(r ? nb_add(y, l[3]) : y);
+            }
+            NBT_CHECK(res[fused][0]);
+            if (cl) assert_cl(res[fused][0], "the fused op's output");
             NBT_OK(nb_backward(res[fused][0], g, NB_BACKWARD_DEFAULT));
-            for (int k = 0; k < 3; k++) res[fused][k + 3] = NBT_CHECK(nb_tensor_grad(l[k]));
-            if (cl) assert_cl(res[fused][3], "batch_norm_relu's input gradient");
+            for (int k = 0; k < 4; k++) res[fused][k + 3] = l[k] ? NBT_CHECK(nb_tensor_grad(l[k])) : NULL;
+            if (cl) assert_cl(res[fused][3], "the fused op's input gradient");
         }
         /* the ReLU clipped about half of the outputs */
-        res[0][6] = NBT_CHECK(nb_sum(nb_to_dtype(nb_gt_scalar(res[0][0], 0), NB_FLOAT64), NULL, 0, false));
+        res[0][7] = NBT_CHECK(nb_sum(nb_to_dtype(nb_gt_scalar(res[0][0], 0), NB_FLOAT64), NULL, 0, false));
         double kept;
-        NBT_OK(nb_item(res[0][6], &kept));
+        NBT_OK(nb_item(res[0][7], &kept));
         assert_true(kept > 0.3 * (double)nb_tensor_numel(x) && kept < 0.7 * (double)nb_tensor_numel(x));
-        char what[128];
-        snprintf(what, sizeof what, "batch_norm_relu against relu(batch_norm) (%s, %s, %s)",
-                 cl ? "channels-last" : "contiguous", training ? "training" : "evaluation",
-                 nb_dtype_name(nb_tensor_dtype(x)));
-        for (int k = 0; k < 6; k++) nbt_assert_close(res[1][k], res[0][k], 0, 0, what);
+        char what[160];
+        snprintf(what, sizeof what, "%s against %s (%s, %s, %s%s)", r ? "batch_norm_add_relu" : "batch_norm_relu",
+                 r ? "relu(batch_norm + r)" : "relu(batch_norm)", cl ? "channels-last" : "contiguous",
+                 training ? "training" : "evaluation", nb_dtype_name(nb_tensor_dtype(x)),
+                 other_layout ? ", r in the other layout" : "");
+        for (int k = 0; k < (r ? 7 : 6); k++) nbt_assert_close(res[1][k], res[0][k], 0, 0, what);
         runs++;
         nb_scope_end(sc);
     }
-    assert_int_equal(runs, 8);
+    assert_int_equal(runs, 24);
 }
 
 int main(void)

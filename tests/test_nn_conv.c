@@ -32,9 +32,13 @@ static nb_tensor *apply(const spec *s, nb_tensor *const *x)
     case OP_MAXP: return nb_max_pool2d(x[0], p, p + 2, p + 4, p[6]);
     case OP_AVGP: return nb_avg_pool2d(x[0], p, p + 2, p + 4, p[6], p[7]);
     case OP_ADAPT: return nb_adaptive_avg_pool2d(x[0], p[0], p[1]);
-    default:
-        return (p[1] ? nb_batch_norm_relu : nb_batch_norm)(x[0], s->rm, s->rv, s->n > 1 ? x[1] : NULL,
-                                                           s->n > 2 ? x[2] : NULL, p[0], s->momentum, s->eps);
+    default: {
+        /* p: training, relu, the residual's input index (0: none; after weight and bias) */
+        int64_t ri = p[1] ? p[2] : 0, np = s->n - (ri ? 1 : 0);
+        nb_tensor *w = np > 1 ? x[1] : NULL, *b = np > 2 ? x[2] : NULL;
+        if (ri) return nb_batch_norm_add_relu(x[0], x[ri], s->rm, s->rv, w, b, p[0], s->momentum, s->eps);
+        return (p[1] ? nb_batch_norm_relu : nb_batch_norm)(x[0], s->rm, s->rv, w, b, p[0], s->momentum, s->eps);
+    }
     }
 }
 
@@ -50,7 +54,7 @@ static void read_spec(const nb_tensor_map *m, const char *name, spec *s)
     int64_t op;
     NBT_OK(nb_item_int64(NBT_CHECK(nbt_ref(m, name, "op")), &op));
     s->op = (int)op;
-    while (s->n < 3) {
+    while (s->n < 4) {
         char key[16];
         snprintf(key, sizeof key, "in%d", s->n);
         if (!nbt_ref(m, name, key)) break;
@@ -107,7 +111,7 @@ static void run_case(const nb_tensor_map *m, const char *name, bool noncontig)
     const char *mode = noncontig ? "non-contiguous" : "contiguous";
     spec s;
     read_spec(m, name, &s);
-    nb_tensor *leaves[3];
+    nb_tensor *leaves[4];
     for (int i = 0; i < s.n; i++) {
         char key[16];
         snprintf(key, sizeof key, "in%d", i);
@@ -150,7 +154,7 @@ static void test_gradcheck(void **state)
         nb_scope *sc = nb_scope_begin();
         spec s;
         read_spec(m, names[i], &s);
-        nb_tensor *in[3];
+        nb_tensor *in[4];
         bool small = true;
         for (int k = 0; k < s.n; k++) {
             char key[16];

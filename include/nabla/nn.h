@@ -58,6 +58,15 @@ NB_API nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_
 NB_API nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
                                      const nb_tensor *weight, const nb_tensor *bias, bool training,
                                      double momentum, double eps);
+/* relu(nb_batch_norm(x, ...) + residual), a residual block's end (ResNet's bn3, add, ReLU), the
+ * other arguments as nb_batch_norm's; gradients flow to residual too. On the CPU, with residual
+ * of x's shape and dtype, in one pass each way as nb_batch_norm_relu (the same values and
+ * gradients as the three ops, bit for bit); otherwise the three ops, residual broadcast as
+ * nb_add does. residual must not be NULL. */
+NB_API nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual,
+                                         nb_tensor *running_mean, nb_tensor *running_var,
+                                         const nb_tensor *weight, const nb_tensor *bias, bool training,
+                                         double momentum, double eps);
 
 #ifdef __cplusplus
 }

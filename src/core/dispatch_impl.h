@@ -22,7 +22,8 @@ const char *nb__op_name(nb_op op);
 typedef struct nb_kargs {
     nb_tensor *out;
     nb_tensor *out2;
-    const nb_tensor *in[3];
+    nb_tensor *out3;           /* a third output (batch norm's backward: the residual's gradient) */
+    const nb_tensor *in[4];
     double s0, s1;
     int64_t i0, i1;
     uint32_t dim_mask; /* reductions: bit d set = reduce dim d */

@@ -127,10 +127,9 @@ static nb_tensor *block_forward(nb_module *self, nb_tensor *x)
     nb_tensor *h = nb_module_forward(nb_module_get_module(self, "conv1"), x);
     h = h ? nb__zoo_bn_relu(nb_module_get_module(self, "bn1"), h) : NULL;
     h = h ? nb_module_forward(nb_module_get_module(self, "conv2"), h) : NULL;
-    h = h ? nb_module_forward(nb_module_get_module(self, "bn2"), h) : NULL;
     nb_module *sc = nb_module_get_module(self, "shortcut");
-    nb_tensor *s = sc ? nb_module_forward(sc, x) : x;
-    return h && s ? nb_relu(nb_add(h, s)) : NULL;
+    nb_tensor *s = !h ? NULL : sc ? nb_module_forward(sc, x) : x;
+    return s ? nb__zoo_bn_add_relu(nb_module_get_module(self, "bn2"), h, s) : NULL; /* relu(bn2(h) + s) */
 }
 
 static const nb_module_funcs block_funcs = {"BasicBlock", block_forward, NULL};

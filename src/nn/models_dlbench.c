@@ -137,14 +137,15 @@ static nb_tensor *conv_bn_relu(nb_module *self, const char *conv_name, const cha
     return y ? nb__zoo_bn_relu(nb_module_get_module(self, bn_name), y) : NULL;
 }
 
+/* relu(bn3(conv3(...)) + shortcut), the last three in one op (nb_batch_norm_add_relu). */
 static nb_tensor *bottleneck_forward(nb_module *self, nb_tensor *x)
 {
     nb_tensor *y = conv_bn_relu(self, "conv1", "bn1", x);
     y = y ? conv_bn_relu(self, "conv2", "bn2", y) : NULL;
-    y = y ? conv_bn(self, "conv3", "bn3", y) : NULL;
+    y = y ? nb_module_forward(nb_module_get_module(self, "conv3"), y) : NULL;
     nb_module *down = nb_module_get_module(self, "downsample");
-    nb_tensor *s = down ? nb_module_forward(down, x) : x;
-    return y && s ? nb_relu(nb_add(y, s)) : NULL;
+    nb_tensor *s = !y ? NULL : down ? nb_module_forward(down, x) : x;
+    return s ? nb__zoo_bn_add_relu(nb_module_get_module(self, "bn3"), y, s) : NULL;
 }
 
 static const nb_module_funcs bottleneck_funcs = {"Bottleneck", bottleneck_forward, NULL};

@@ -16,6 +16,8 @@ nb_module *nb__zoo_container(const nb_module_funcs *funcs, const char *const *na
  * on nb_batch_norm_relu (one pass each way on the CPU). nb_sequential uses both too. */
 bool nb__is_batch_norm2d_module(const nb_module *m);
 nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x);
+/* relu(bn(x) + r) for a BatchNorm2d bn, on nb_batch_norm_add_relu (a residual block's end). */
+nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r);
 /* The DLBench networks (models_dlbench.c), called by nb_model_create after its argument checks;
  * *known is false when name is not one of them. */
 nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,

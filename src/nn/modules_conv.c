@@ -174,14 +174,15 @@ nb_module *nb_adaptive_avg_pool2d_module(int64_t out_h, int64_t out_w)
 
 /* ---- BatchNorm ------------------------------------------------------------------------------- */
 
-static nb_tensor *bn_run(nb_module *self, nb_tensor *x, bool relu)
+/* The module's batch norm of x; with relu, relu of it, and with a residual r (relu set),
+ * relu(that + r) (nb_batch_norm_add_relu). */
+static nb_tensor *bn_run(nb_module *self, nb_tensor *x, bool relu, const nb_tensor *r)
 {
     bool training = nb_module_is_training(self);
-    nb_tensor *(*fn)(const nb_tensor *, nb_tensor *, nb_tensor *, const nb_tensor *, const nb_tensor *, bool, double,
-                     double) = relu ? nb_batch_norm_relu : nb_batch_norm;
-    nb_tensor *y = fn(x, nb_module_get_buffer(self, "running_mean"), nb_module_get_buffer(self, "running_var"),
-                      nb_module_get_parameter(self, "weight"), nb_module_get_parameter(self, "bias"), training, 0.1,
-                      1e-5);
+    nb_tensor *rm = nb_module_get_buffer(self, "running_mean"), *rv = nb_module_get_buffer(self, "running_var");
+    nb_tensor *w = nb_module_get_parameter(self, "weight"), *b = nb_module_get_parameter(self, "bias"), *y;
+    if (r) y = nb_batch_norm_add_relu(x, r, rm, rv, w, b, training, 0.1, 1e-5);
+    else y = (relu ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, training, 0.1, 1e-5);
     if (y && training) {
         /* an int64 one, so that the counter stays int64 (a double scalar would promote) */
         nb_tensor *count = nb_module_get_buffer(self, "num_batches_tracked");
@@ -201,17 +202,17 @@ static nb_tensor *bn2d_forward(nb_module *self, nb_tensor *x)
 {
     if (x && nb_tensor_ndim(x) != 4)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
-    return bn_run(self, x, false);
+    return bn_run(self, x, false, NULL);
 }
 
 static nb_tensor *bn1d_forward(nb_module *self, nb_tensor *x)
 {
     if (x && nb_tensor_ndim(x) != 2 && nb_tensor_ndim(x) != 3)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm1d: expected 2D or 3D input (got %dD input)", nb_tensor_ndim(x));
-    if (!x || nb_tensor_ndim(x) == 3) return bn_run(self, x, false);
+    if (!x || nb_tensor_ndim(x) == 3) return bn_run(self, x, false, NULL);
     const int64_t *sh = nb_tensor_shape(x);
     int64_t s4[4] = {sh[0], sh[1], 1, 1};
-    nb_tensor *y = bn_run(self, nb_reshape(x, s4, 4), false);
+    nb_tensor *y = bn_run(self, nb_reshape(x, s4, 4), false, NULL);
     return y ? nb_reshape(y, sh, 2) : NULL;
 }
 
@@ -220,17 +221,25 @@ static const nb_module_funcs bn1d_funcs = {"BatchNorm1d", bn1d_forward, NULL};
 
 bool nb__is_batch_norm2d_module(const nb_module *m) { return m && nb_module_type_name(m) == bn2d_funcs.type_name; }
 
-nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x)
+/* nb__zoo_bn_relu and nb__zoo_bn_add_relu (r set). */
+static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const nb_tensor *r)
 {
     if (!nb__is_batch_norm2d_module(bn))
-        return nb__err_null(NB_ERR_INTERNAL, "zoo_bn_relu: %s is not a BatchNorm2d",
-                            bn ? nb_module_type_name(bn) : "NULL");
-    if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_relu: NULL input to BatchNorm2d");
+        return nb__err_null(NB_ERR_INTERNAL, "%s: %s is not a BatchNorm2d", fn, bn ? nb_module_type_name(bn) : "NULL");
+    if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "%s: NULL input to BatchNorm2d", fn);
     if (nb_tensor_ndim(x) != 4)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    return nb_scope_end_keep(s, bn_run(bn, x, true));
+    return nb_scope_end_keep(s, bn_run(bn, x, true, r));
+}
+
+nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn_relu("zoo_bn_relu", bn, x, NULL); }
+
+nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r)
+{
+    if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add_relu: NULL residual");
+    return zoo_bn_relu("zoo_bn_add_relu", bn, x, r);
 }
 
 static nb_module *bn_module(const nb_module_funcs *funcs, int64_t c, const nb_tensor_params *p)

@@ -5,7 +5,9 @@
  * BATCH_NORM call (i0 = 1: one small kernel for both), outside autograd. On the CPU a
  * channels-last x goes to the kernel as it is and the output is channels-last too; any other x
  * is made contiguous. nb_batch_norm_relu on the CPU is the same with the kernel's ReLU flag (i1),
- * elsewhere batch_norm then relu. Rule in src/autograd/rules_nn.c. */
+ * elsewhere batch_norm then relu; nb_batch_norm_add_relu on the CPU also passes the residual
+ * (in[3], laid out as x; the node's fourth input and saved tensor), elsewhere, or when the
+ * residual's shape is not x's, it is batch_norm, add and relu. Rule in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -64,22 +66,22 @@ static nb_status update_running(nb_tensor *rm, nb_tensor *rv, const nb_tensor *s
     return NB_OK;
 }
 
-/* Validated operands (x contiguous or, on the CPU, channels-last; the others contiguous): the
- * kernel and the node. stats [3, C] is filled (rows 0 and 1 when training, else they hold the
- * running stats; row 2 always); with relu (CPU only) it is [5, C], rows 3 and 4 the forward's
- * coefficients, which the backward recomputes the ReLU's mask from. Caller-owned output, laid
- * out as x. */
-static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, nb_tensor *stats, bool training,
-                         double eps, bool relu)
+/* Validated operands (x contiguous or, on the CPU, channels-last; the others contiguous; r, the
+ * residual or NULL, laid out as x): the kernel and the node. stats [3, C] is filled (rows 0 and
+ * 1 when training, else they hold the running stats; row 2 always); with relu (CPU only) it is
+ * [5, C], rows 3 and 4 the forward's coefficients, which the backward recomputes the ReLU's mask
+ * from (with x and r). Caller-owned output, laid out as x. */
+static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor *b, const nb_tensor *r,
+                         nb_tensor *stats, bool training, double eps, bool relu)
 {
     nb_tensor *out = nb__tensor_new_as("batch_norm", x->shape, x->ndim, x->dtype, x->storage->device, &x, 1);
     if (!out) return NULL;
-    nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b}, .s0 = eps, .flag = training, .i1 = relu};
+    nb_kargs k = {.out = out, .out2 = stats, .in = {x, w, b, r}, .s0 = eps, .flag = training, .i1 = relu};
     nb_status st = nb__dispatch(NB_OP_BATCH_NORM, &k);
     nb_node *node = NULL;
     if (st == NB_OK) {
-        const nb_tensor *in[3] = {x, w, b}, *save[3] = {x, w, stats};
-        node = nb__record(NB_OP_BATCH_NORM, out, in, 3, save, 3, &st);
+        const nb_tensor *in[4] = {x, w, b, r}, *save[4] = {x, w, stats, r};
+        node = nb__record(NB_OP_BATCH_NORM, out, in, r ? 4 : 3, save, r ? 4 : 3, &st);
     }
     if (st != NB_OK) {
         nb__release(out);
@@ -89,9 +91,9 @@ static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor
     return out;
 }
 
-static nb_tensor *batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
-                             const nb_tensor *weight, const nb_tensor *bias, bool training, double momentum, double eps,
-                             bool relu)
+static nb_tensor *batch_norm(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                             nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
+                             double momentum, double eps, bool relu)
 {
     if (check_args(x, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
     int64_t c = x->shape[1];
@@ -101,17 +103,18 @@ static nb_tensor *batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_ten
     nb_tensor *xc = cl ? nb_contiguous_format(x, NB_CHANNELS_LAST) : nb_contiguous(x);
     nb_tensor *wc = weight ? nb_contiguous(weight) : NULL;
     nb_tensor *bc = bias ? nb_contiguous(bias) : NULL, *y = NULL;
+    nb_tensor *rc = !residual ? NULL : cl ? nb_contiguous_format(residual, NB_CHANNELS_LAST) : nb_contiguous(residual);
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = x->dtype;
     tp.device = x->storage->device;
     nb_tensor *stats = nb_empty((int64_t[]){relu ? 5 : 3, c}, 2, &tp);
-    bool ok = xc && (wc || !weight) && (bc || !bias) && stats;
+    bool ok = xc && (wc || !weight) && (bc || !bias) && (rc || !residual) && stats;
     if (ok && !training) {
         nb_tensor *mean = nb_select(stats, 0, 0), *var = mean ? nb_select(stats, 0, 1) : NULL;
         nb_kargs k0 = {.out = mean, .in = {running_mean}}, k1 = {.out = var, .in = {running_var}};
         ok = var && nb__dispatch(NB_OP_COPY, &k0) == NB_OK && nb__dispatch(NB_OP_COPY, &k1) == NB_OK;
     }
-    nb_tensor *out = ok ? bn_run(xc, wc, bc, stats, training, eps, relu) : NULL;
+    nb_tensor *out = ok ? bn_run(xc, wc, bc, rc, stats, training, eps, relu) : NULL;
     if (out) y = nb__track(out);
     if (y && training && running_mean) {
         double count = (double)(nb__numel(x->shape, x->ndim) / c);
@@ -123,7 +126,7 @@ static nb_tensor *batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_ten
 nb_tensor *nb_batch_norm(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var, const nb_tensor *weight,
                          const nb_tensor *bias, bool training, double momentum, double eps)
 {
-    return batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+    return batch_norm(x, NULL, running_mean, running_var, weight, bias, training, momentum, eps, false);
 }
 
 nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_tensor *running_var,
@@ -131,9 +134,26 @@ nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_te
                               double eps)
 {
     if (x && x->storage->device.type == NB_DEVICE_CPU)
-        return batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
+        return batch_norm(x, NULL, running_mean, running_var, weight, bias, training, momentum, eps, true);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
     nb_tensor *y = nb_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+    return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
+}
+
+nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                                  nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
+                                  double momentum, double eps)
+{
+    if (!residual) return nb__err_null(NB_ERR_INVALID_ARG, "batch_norm_add_relu: residual must not be NULL");
+    bool fused = x && x->storage->device.type == NB_DEVICE_CPU && residual->ndim == x->ndim &&
+                 residual->dtype == x->dtype && nb_device_equal(residual->storage->device, x->storage->device);
+    for (int i = 0; fused && i < x->ndim; i++) fused = residual->shape[i] == x->shape[i];
+    if (fused)
+        return batch_norm(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, true);
+    nb_scope *s = nb_scope_begin();
+    if (!s) return NULL;
+    nb_tensor *y = nb_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+    y = y ? nb_add(y, residual) : NULL;
     return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
 }

@@ -66,22 +66,28 @@ def _adapt(t, name, x, oh, ow):
         _store(t, f"{name}/{sfx}", ADAPT, [oh, ow], [xi], out)
 
 
-def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True, relu=False):
+def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True, relu=False, residual=None):
+    """params: training, relu, and the residual's input index (0: none; it comes after x, weight
+    and bias: relu(batch_norm(x) + residual), nabla's nb_batch_norm_add_relu)."""
     c = x.shape[1]
     rm0, rv0 = torch.randn(c), torch.rand(c) + 0.5
     wb = [torch.randn(c), torch.randn(c)] if affine else []
+    res = [residual] if residual is not None else []
     for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
-        ins = _leaves([x] + wb, dt)
+        ins = _leaves([x] + wb + res, dt)
         rm, rv = rm0.to(dt).clone(), rv0.to(dt).clone()
         t[f"{name}/{sfx}/rm"] = rm.clone()
         t[f"{name}/{sfx}/rv"] = rv.clone()
         w, b = (ins[1], ins[2]) if affine else (None, None)
         out = F.batch_norm(ins[0], rm, rv, w, b, training, momentum, eps)
+        if res:
+            out = out + ins[-1]
         if relu:
             out = F.relu(out)
         t[f"{name}/{sfx}/rm_out"] = rm
         t[f"{name}/{sfx}/rv_out"] = rv
-        _store(t, f"{name}/{sfx}", BN, [int(training)] + ([1] if relu else []), ins, out, [momentum, eps])
+        params = [int(training)] + ([1, len(ins) - 1 if res else 0] if relu else [])
+        _store(t, f"{name}/{sfx}", BN, params, ins, out, [momentum, eps])
 
 
 def build():
@@ -128,4 +134,9 @@ def build():
     _bn(t, "bn_relu_eval_4d", r(4, 3, 5, 6), False, relu=True)
     _bn(t, "bn_relu_train_offset", r(3, 4, 9, 11) * 3 + 50, True, relu=True)
     _bn(t, "bn_relu_train_noaffine", r(4, 3, 2, 2), True, affine=False, relu=True)
+    # relu(batch_norm(x) + residual), nabla's nb_batch_norm_add_relu
+    _bn(t, "bn_add_relu_train_4d", r(4, 3, 5, 6) * 2 + 1, True, relu=True, residual=r(4, 3, 5, 6))
+    _bn(t, "bn_add_relu_eval_4d", r(4, 3, 5, 6), False, relu=True, residual=r(4, 3, 5, 6))
+    _bn(t, "bn_add_relu_train_offset", r(3, 4, 9, 11) * 3 + 50, True, relu=True, residual=r(3, 4, 9, 11) - 0.5)
+    _bn(t, "bn_add_relu_train_noaffine", r(4, 3, 2, 2), True, affine=False, relu=True, residual=r(4, 3, 2, 2))
     return t

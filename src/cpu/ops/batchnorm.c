@@ -4,7 +4,9 @@
  * (rows split into blocks, each block's per-channel sums in double, the blocks added in order).
  * Both are vectorised and give results that do not depend on the thread count. BATCH_NORM with i0
  * set is the running statistics' update (bn_running). i1 set fuses a ReLU into both directions
- * (nb_batch_norm_relu): stats then has two more rows, the forward's coefficients. */
+ * (nb_batch_norm_relu): stats then has two more rows, the forward's coefficients; with a
+ * residual r in in[3] (nb_batch_norm_add_relu) the ReLU is applied to bn(x) + r, and the backward
+ * writes the gradient that reaches r into out3 and goes on from it as the plain backward. */
 #include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -56,28 +58,35 @@
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }
 
-/* out[0] += sum g, out[1] += sum g (x - mean) over the g that count: GRAD_SUMS(T, NAME, KEEP),
- * KEEP(xv) whether the gradient at an x value xv counts: always (grad_sums), or where the fused
- * ReLU's forward value xv fa + fc was > 0 (grad_sums_relu). One body, so that the fused op sums
- * in the plain order. The kept values are first made for a chunk of SUM_CHUNK (a multiple of
- * LANES) in a loop of their own, which gcc vectorises (a select inside the unrolled LANES loop
- * kept it scalar); the sums then run over the chunk in LANES blocks, the last s % LANES values
- * going to lane 0 at the very end, as in one pass over s. */
+/* out[0] += sum g, out[1] += sum g (x - mean) over the g that count: GRAD_SUMS(T, NAME, KEEP,
+ * SAVE), KEEP(xv, e) whether the gradient at element e, of x value xv, counts: always
+ * (grad_sums), where the fused ReLU's forward value xv fa + fc was > 0 (grad_sums_relu), or
+ * where (xv fa + fc) + r[e] was (grad_sums_res, whose SAVE(e, v) also writes the kept value to
+ * gr[e]: the residual's gradient). One body, so that the fused ops sum in the plain order. The
+ * kept values are first made for a chunk of SUM_CHUNK (a multiple of LANES) in a loop of their
+ * own, which gcc vectorises (a select inside the unrolled LANES loop kept it scalar); the sums
+ * then run over the chunk in LANES blocks, the last s % LANES values going to lane 0 at the very
+ * end, as in one pass over s. r and gr are read only by the residual's KEEP and SAVE. */
 #define SUM_CHUNK 512
-#define KEEP_ALL_S(xv) ((void)(xv), 1)
-#define KEEP_RELU_S(xv) ((xv) * fa + fc > 0)
-#define GRAD_SUMS(T, NAME, KEEP)                                                                   \
-    HOT FP_OPTS static void NAME##_##T(const T *g, const T *x, int64_t s, double mean, T fa, T fc, double *out) \
+#define KEEP_ALL_S(xv, e) ((void)(xv), 1)
+#define KEEP_RELU_S(xv, e) ((xv) * fa + fc > 0)
+#define KEEP_RES_S(xv, e) (((xv) * fa + fc) + r[e] > 0)
+#define SAVE_NONE(e, v) ((void)0)
+#define SAVE_GR(e, v) (gr[e] = (v))
+#define GRAD_SUMS(T, NAME, KEEP, SAVE)                                                             \
+    HOT FP_OPTS static void NAME##_##T(const T *g, const T *x, const T *restrict r, T *restrict gr, int64_t s, \
+                                       double mean, T fa, T fc, double *out)                       \
     {                                                                                              \
-        (void)fa, (void)fc;                                                                        \
+        (void)fa, (void)fc, (void)r, (void)gr;                                                     \
         double a[LANES] = {0}, q[LANES] = {0};                                                     \
         T gk[SUM_CHUNK];                                                                           \
         for (int64_t j0 = 0; j0 < s; j0 += SUM_CHUNK) {                                            \
             int64_t n = s - j0 < SUM_CHUNK ? s - j0 : SUM_CHUNK, full = n / LANES * LANES;         \
             const T *xc = x + j0, *gc = g + j0;                                                    \
             for (int64_t i = 0; i < n; i++) {                                                      \
-                T xv = xc[i], gl = gc[i];                                                          \
-                gk[i] = KEEP(xv) ? gl : 0;                                                         \
+                T xv = xc[i], gl = gc[i], gm = KEEP(xv, j0 + i) ? gl : 0;                          \
+                gk[i] = gm;                                                                        \
+                SAVE(j0 + i, gm);                                                                  \
             }                                                                                      \
             for (int64_t i = 0; i < full; i += LANES)                                              \
                 for (int l = 0; l < LANES; l++) {                                                  \
@@ -90,19 +99,25 @@
         for (int l = 0; l < LANES; l++) out[0] += a[l], out[1] += q[l];                            \
     }
 
-/* y = OUT(a x + c), and y = a g' + b x + c with g' = KEEP(x) ? g : 0: the plain passes (OUT the
- * value itself, KEEP_ALL_S) and the fused ReLU's (relu set in the kernel's i1). Its forward
- * writes max(0, a x + c), NaN kept; its backward takes g where the forward's a x + c
- * (recomputed from x with the same a and c, in the same precision, which stats rows 3 and 4
- * keep) was > 0, else 0, as ReLU's own backward does with its output. One body for both, with
- * the sums' above, so the fused op gives the two ops' results bit for bit. */
+/* y = OUT(ADD(a x + c)), and y = a g' + b x + c with g' = KEEP(x) ? g : 0: the plain passes
+ * (OUT and ADD the value itself, KEEP_ALL_S) and the fused ReLU's (relu set in the kernel's i1),
+ * with or without a residual r added first (ADD_RES: a x + c rounded, then + r, as batch_norm
+ * then add). The fused forward writes max(0, that), NaN kept; the fused backward takes g where
+ * the forward's value (recomputed from x with the same a and c, in the same precision, which
+ * stats rows 3 and 4 keep) was > 0, else 0, as ReLU's own backward does with its output. One
+ * body for all, with the sums' above, so the fused ops give the separate ops' results bit for
+ * bit. */
 #define SAME(v) (v)
 #define RELU(v) ((v) < 0 ? 0 : (v))
-#define AFFINE(T, NAME, OUT)                                                                       \
-    HOT FP_OPTS static void NAME##_##T(const T *x, int64_t s, T a, T c, T *y)                      \
+#define ADD_NONE(v, e) (v)
+#define ADD_RES(v, e) ((v) + r[e])
+#define AFFINE(T, NAME, OUT, ADD)                                                                  \
+    HOT FP_OPTS static void NAME##_##T(const T *x, const T *restrict r, int64_t s, T a, T c, T *y) \
     {                                                                                              \
+        (void)r;                                                                                   \
         for (int64_t j = 0; j < s; j++) {                                                          \
             T v = x[j] * a + c;                                                                    \
+            v = ADD(v, j);                                                                         \
             y[j] = OUT(v);                                                                         \
         }                                                                                          \
     }
@@ -111,21 +126,25 @@
     {                                                                                              \
         (void)fa, (void)fc;                                                                        \
         for (int64_t j = 0; j < s; j++) {                                                          \
-            T xv = x[j], gl = g[j], gm = KEEP(xv) ? gl : 0;                                        \
+            T xv = x[j], gl = g[j], gm = KEEP(xv, j) ? gl : 0;                                     \
             y[j] = a * gm + b * xv + c;                                                            \
         }                                                                                          \
     }
 
 DEV_SUMS(float)
 DEV_SUMS(double)
-GRAD_SUMS(float, grad_sums, KEEP_ALL_S)
-GRAD_SUMS(double, grad_sums, KEEP_ALL_S)
-GRAD_SUMS(float, grad_sums_relu, KEEP_RELU_S)
-GRAD_SUMS(double, grad_sums_relu, KEEP_RELU_S)
-AFFINE(float, affine, SAME)
-AFFINE(double, affine, SAME)
-AFFINE(float, affine_relu, RELU)
-AFFINE(double, affine_relu, RELU)
+GRAD_SUMS(float, grad_sums, KEEP_ALL_S, SAVE_NONE)
+GRAD_SUMS(double, grad_sums, KEEP_ALL_S, SAVE_NONE)
+GRAD_SUMS(float, grad_sums_relu, KEEP_RELU_S, SAVE_NONE)
+GRAD_SUMS(double, grad_sums_relu, KEEP_RELU_S, SAVE_NONE)
+GRAD_SUMS(float, grad_sums_res, KEEP_RES_S, SAVE_GR)
+GRAD_SUMS(double, grad_sums_res, KEEP_RES_S, SAVE_GR)
+AFFINE(float, affine, SAME, ADD_NONE)
+AFFINE(double, affine, SAME, ADD_NONE)
+AFFINE(float, affine_relu, RELU, ADD_NONE)
+AFFINE(double, affine_relu, RELU, ADD_NONE)
+AFFINE(float, affine_res, RELU, ADD_RES)
+AFFINE(double, affine_res, RELU, ADD_RES)
 AFFINE2(float, affine2, KEEP_ALL_S)
 AFFINE2(double, affine2, KEEP_ALL_S)
 AFFINE2(float, affine2_relu, KEEP_RELU_S)
@@ -133,10 +152,11 @@ AFFINE2(double, affine2_relu, KEEP_RELU_S)
 
 /* training: stats rows 0 and 1 = (mean, biased var) of each channel, then y = (x - mean) /
  * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward; with
- * relu, y = max(0, that), and rows 3 and 4 = the coefficients a and c of y = a x + c. */
+ * relu, y = max(0, that (+ r when r is given)), and rows 3 and 4 = the coefficients a and c of
+ * y = a x + c. */
 #define BN_FWD(T)                                                                                  \
-    static void bn_fwd_##T(int64_t n, int64_t c_count, int64_t s, const T *x, const T *w, const T *b, T *y, \
-                           T *stats, double eps, bool training, bool relu)                         \
+    static void bn_fwd_##T(int64_t n, int64_t c_count, int64_t s, const T *x, const T *w, const T *b, const T *r, \
+                           T *y, T *stats, double eps, bool training, bool relu)                   \
     {                                                                                              \
         int64_t work = n * c_count * s;                                                            \
         CHANNELS_FOR(c) {                                                                          \
@@ -155,18 +175,21 @@ AFFINE2(double, affine2_relu, KEEP_RELU_S)
             double scale = (w ? w[c] : 1) / sqrt(var + eps), shift = (b ? b[c] : 0) - mean * scale; \
             stats[2 * c_count + c] = w ? w[c] : 1;                                                 \
             if (relu) stats[3 * c_count + c] = (T)scale, stats[4 * c_count + c] = (T)shift;        \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                (relu ? affine_relu_##T : affine_##T)(x + (i * c_count + c) * s, s, (T)scale, (T)shift, \
-                                                      y + (i * c_count + c) * s);                  \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                int64_t o = (i * c_count + c) * s;                                                 \
+                if (r) affine_res_##T(x + o, r + o, s, (T)scale, (T)shift, y + o);                 \
+                else (relu ? affine_relu_##T : affine_##T)(x + o, NULL, s, (T)scale, (T)shift, y + o); \
+            }                                                                                      \
         }                                                                                          \
     }
 
-/* aux rows: mean, var, weight (and, with relu, the forward's a and c: g is masked first).
- * gwb = (sum g xhat, sum g). gx: training w invstd (g - sum g / M - xhat sum(g xhat) / M);
- * evaluation w invstd g. */
+/* aux rows: mean, var, weight (and, with relu, the forward's a and c: g is masked first; with
+ * a residual r, the masked g is written to gr and the rest reads it as its g). gwb = (sum g
+ * xhat, sum g). gx: training w invstd (g - sum g / M - xhat sum(g xhat) / M); evaluation w
+ * invstd g. */
 #define BN_BWD(T)                                                                                  \
-    static void bn_bwd_##T(int64_t n, int64_t c_count, int64_t s, const T *g, const T *x, const T *aux, T *gx, \
-                           T *gwb, double eps, bool training, bool relu)                           \
+    static void bn_bwd_##T(int64_t n, int64_t c_count, int64_t s, const T *g, const T *x, const T *aux, const T *r, \
+                           T *gr, T *gx, T *gwb, double eps, bool training, bool relu)             \
     {                                                                                              \
         int64_t work = n * c_count * s;                                                            \
         CHANNELS_FOR(c) {                                                                          \
@@ -174,9 +197,10 @@ AFFINE2(double, affine2_relu, KEEP_RELU_S)
             double sums[2] = {0, 0}, m = (double)(n * s);                                          \
             T fa = relu ? aux[3 * c_count + c] : 0, fc = relu ? aux[4 * c_count + c] : 0;          \
             for (int64_t i = 0; i < n; i++) {                                                      \
-                const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
-                if (relu) grad_sums_relu_##T(gi, xi, s, mean, fa, fc, sums);                       \
-                else grad_sums_##T(gi, xi, s, mean, 0, 0, sums);                                   \
+                int64_t o = (i * c_count + c) * s;                                                 \
+                if (r) grad_sums_res_##T(g + o, x + o, r + o, gr + o, s, mean, fa, fc, sums);      \
+                else if (relu) grad_sums_relu_##T(g + o, x + o, NULL, NULL, s, mean, fa, fc, sums); \
+                else grad_sums_##T(g + o, x + o, NULL, NULL, s, mean, 0, 0, sums);                 \
             }                                                                                      \
             double sg = sums[0], sgx = sums[1];                                                    \
             gwb[c] = (T)(sgx * invstd);                                                            \
@@ -189,10 +213,10 @@ AFFINE2(double, affine2_relu, KEEP_RELU_S)
             }                                                                                      \
             T ta = (T)a, tb = (T)bx, tc = (T)c0;                                                   \
             for (int64_t i = 0; i < n; i++) {                                                      \
-                const T *gi = g + (i * c_count + c) * s, *xi = x + (i * c_count + c) * s;          \
-                T *gxi = gx + (i * c_count + c) * s;                                               \
-                if (relu) affine2_relu_##T(gi, xi, s, ta, tb, tc, fa, fc, gxi);                    \
-                else affine2_##T(gi, xi, s, ta, tb, tc, 0, 0, gxi);                                \
+                int64_t o = (i * c_count + c) * s;                                                 \
+                if (r) affine2_##T(gr + o, x + o, s, ta, tb, tc, 0, 0, gx + o);                    \
+                else if (relu) affine2_relu_##T(g + o, x + o, s, ta, tb, tc, fa, fc, gx + o);      \
+                else affine2_##T(g + o, x + o, s, ta, tb, tc, 0, 0, gx + o);                       \
             }                                                                                      \
         }                                                                                          \
     }
@@ -243,27 +267,34 @@ static int64_t cl_blocks(int64_t m, int64_t c)
             }                                                                                      \
     }
 
-/* The backward's sums, GRAD_SUMS_CL(T, NAME, KEEP): KEEP(xv, j) says whether the gradient at
- * an x value xv of channel j counts: always (grad_sums_cl), or where the fused ReLU's forward
- * value xv fa[j] + fc[j] was > 0 (grad_sums_relu_cl; fa and fc are read only there). One body,
- * so that the fused op sums in the plain order and gives the two ops' results bit for bit. */
-#define KEEP_ALL(xv, j) ((void)(xv), 1)
-#define KEEP_RELU(xv, j) ((xv) * fa[j] + fc[j] > 0)
-#define GRAD_SUMS_CL(T, NAME, KEEP)                                                                \
-    HOT FP_OPTS static void NAME##_##T(const T *restrict g, const T *restrict p, int64_t rows, int64_t c, \
-                                       const double *restrict ref, const T *restrict fa,           \
-                                       const T *restrict fc, double *restrict s, double *restrict q) \
+/* The backward's sums, GRAD_SUMS_CL(T, NAME, KEEP, SAVE): KEEP(xv, j, e) says whether the
+ * gradient at element e, of x value xv and channel j, counts: always (grad_sums_cl), where the
+ * fused ReLU's forward value xv fa[j] + fc[j] was > 0 (grad_sums_relu_cl), or where (xv fa[j] +
+ * fc[j]) + res[e] was (grad_sums_res_cl, whose SAVE(e, v) writes the kept value to gr[e]); fa,
+ * fc, res and gr are read only where named. One body, so that the fused ops sum in the plain
+ * order and give the separate ops' results bit for bit. */
+#define KEEP_ALL(xv, j, e) ((void)(xv), 1)
+#define KEEP_RELU(xv, j, e) ((xv) * fa[j] + fc[j] > 0)
+#define KEEP_RES(xv, j, e) (((xv) * fa[j] + fc[j]) + res[e] > 0)
+#define GRAD_SUMS_CL(T, NAME, KEEP, SAVE)                                                          \
+    HOT FP_OPTS static void NAME##_##T(const T *restrict g, const T *restrict p, const T *restrict res,    \
+                                       T *restrict gr, int64_t rows, int64_t c, const double *restrict ref, \
+                                       const T *restrict fa, const T *restrict fc, double *restrict s, \
+                                       double *restrict q)                                         \
     {                                                                                              \
-        (void)fa, (void)fc;                                                                        \
+        (void)fa, (void)fc, (void)res, (void)gr;                                                   \
         int64_t r = 0;                                                                             \
         for (; r + 4 <= rows; r += 4) {                                                            \
             const T *p0 = p + r * c, *p1 = p0 + c, *p2 = p1 + c, *p3 = p2 + c;                     \
             const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;                     \
             for (int64_t j = 0; j < c; j++) {                                                      \
+                int64_t e0 = r * c + j, e1 = e0 + c, e2 = e1 + c, e3 = e2 + c;                    \
+                (void)e0, (void)e1, (void)e2, (void)e3;                                            \
                 T x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];                                  \
                 T h0 = g0[j], h1 = g1[j], h2 = g2[j], h3 = g3[j];                                  \
-                T m0 = KEEP(x0, j) ? h0 : 0, m1 = KEEP(x1, j) ? h1 : 0;                            \
-                T m2 = KEEP(x2, j) ? h2 : 0, m3 = KEEP(x3, j) ? h3 : 0;                            \
+                T m0 = KEEP(x0, j, e0) ? h0 : 0, m1 = KEEP(x1, j, e1) ? h1 : 0;                    \
+                T m2 = KEEP(x2, j, e2) ? h2 : 0, m3 = KEEP(x3, j, e3) ? h3 : 0;                    \
+                SAVE(e0, m0), SAVE(e1, m1), SAVE(e2, m2), SAVE(e3, m3);                            \
                 double v0 = m0, v1 = m1, v2 = m2, v3 = m3;                                         \
                 s[j] += (v0 + v1) + (v2 + v3);                                                     \
                 q[j] += (v0 * ((double)x0 - ref[j]) + v1 * ((double)x1 - ref[j])) +               \
@@ -272,21 +303,25 @@ static int64_t cl_blocks(int64_t m, int64_t c)
         }                                                                                          \
         for (; r < rows; r++)                                                                      \
             for (int64_t j = 0; j < c; j++) {                                                      \
-                T xv = p[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j) ? gl : 0;                 \
+                T xv = p[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j, r * c + j) ? gl : 0;      \
+                SAVE(r * c + j, gm);                                                               \
                 double v = gm;                                                                     \
                 s[j] += v, q[j] += v * ((double)xv - ref[j]);                                      \
             }                                                                                      \
     }
 
-/* y = OUT(x a + k), and y = a g' + b x + k with g' = KEEP(x, j) ? g : 0, with per-channel a, b,
- * k (and the fused ReLU's fa, fc): as AFFINE and AFFINE2. */
-#define AFFINE_CL(T, NAME, OUT)                                                                    \
-    HOT FP_OPTS static void NAME##_##T(const T *restrict x, int64_t rows, int64_t c, const T *restrict a, \
-                                       const T *restrict k, T *restrict y)                         \
+/* y = OUT(ADD(x a + k)), and y = a g' + b x + k with g' = KEEP(x, j) ? g : 0, with per-channel
+ * a, b, k (and the fused ReLU's fa, fc): as AFFINE and AFFINE2 (ADD_RES_CL adds res). */
+#define ADD_RES_CL(v, e) ((v) + res[e])
+#define AFFINE_CL(T, NAME, OUT, ADD)                                                               \
+    HOT FP_OPTS static void NAME##_##T(const T *restrict x, const T *restrict res, int64_t rows, int64_t c, \
+                                       const T *restrict a, const T *restrict k, T *restrict y)    \
     {                                                                                              \
+        (void)res;                                                                                 \
         for (int64_t r = 0; r < rows; r++)                                                         \
             for (int64_t j = 0; j < c; j++) {                                                      \
                 T v = x[r * c + j] * a[j] + k[j];                                                  \
+                v = ADD(v, r * c + j);                                                             \
                 y[r * c + j] = OUT(v);                                                             \
             }                                                                                      \
     }
@@ -298,21 +333,25 @@ static int64_t cl_blocks(int64_t m, int64_t c)
         (void)fa, (void)fc;                                                                        \
         for (int64_t r = 0; r < rows; r++)                                                         \
             for (int64_t j = 0; j < c; j++) {                                                      \
-                T xv = x[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j) ? gl : 0;                 \
+                T xv = x[r * c + j], gl = g[r * c + j], gm = KEEP(xv, j, 0) ? gl : 0;              \
                 y[r * c + j] = a[j] * gm + b[j] * xv + k[j];                                       \
             }                                                                                      \
     }
 
 DEV_SUMS_CL(float)
 DEV_SUMS_CL(double)
-GRAD_SUMS_CL(float, grad_sums_cl, KEEP_ALL)
-GRAD_SUMS_CL(double, grad_sums_cl, KEEP_ALL)
-GRAD_SUMS_CL(float, grad_sums_relu_cl, KEEP_RELU)
-GRAD_SUMS_CL(double, grad_sums_relu_cl, KEEP_RELU)
-AFFINE_CL(float, affine_cl, SAME)
-AFFINE_CL(double, affine_cl, SAME)
-AFFINE_CL(float, affine_relu_cl, RELU)
-AFFINE_CL(double, affine_relu_cl, RELU)
+GRAD_SUMS_CL(float, grad_sums_cl, KEEP_ALL, SAVE_NONE)
+GRAD_SUMS_CL(double, grad_sums_cl, KEEP_ALL, SAVE_NONE)
+GRAD_SUMS_CL(float, grad_sums_relu_cl, KEEP_RELU, SAVE_NONE)
+GRAD_SUMS_CL(double, grad_sums_relu_cl, KEEP_RELU, SAVE_NONE)
+GRAD_SUMS_CL(float, grad_sums_res_cl, KEEP_RES, SAVE_GR)
+GRAD_SUMS_CL(double, grad_sums_res_cl, KEEP_RES, SAVE_GR)
+AFFINE_CL(float, affine_cl, SAME, ADD_NONE)
+AFFINE_CL(double, affine_cl, SAME, ADD_NONE)
+AFFINE_CL(float, affine_relu_cl, RELU, ADD_NONE)
+AFFINE_CL(double, affine_relu_cl, RELU, ADD_NONE)
+AFFINE_CL(float, affine_res_cl, RELU, ADD_RES_CL)
+AFFINE_CL(double, affine_res_cl, RELU, ADD_RES_CL)
 AFFINE2_CL(float, affine2_cl, KEEP_ALL)
 AFFINE2_CL(double, affine2_cl, KEEP_ALL)
 AFFINE2_CL(float, affine2_relu_cl, KEEP_RELU)
@@ -373,8 +412,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
 /* As bn_fwd, on [M, C]: the training statistics are the sums of x - x[0, :] (the first row:
  * close to the mean, so the one-pass difference of squares loses little). */
 #define BN_FWD_CL(T)                                                                               \
-    static nb_status bn_fwd_cl_##T(int64_t m, int64_t c_count, const T *x, const T *w, const T *b, T *y, \
-                                   T *stats, double eps, bool training, bool relu)                 \
+    static nb_status bn_fwd_cl_##T(int64_t m, int64_t c_count, const T *x, const T *w, const T *b, const T *r, \
+                                   T *y, T *stats, double eps, bool training, bool relu)           \
     {                                                                                              \
         int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
         int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
@@ -414,9 +453,9 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             int64_t r0, r1;                                                                        \
             cl_share(nblk, m, &r0, &r1);                                                           \
             for (int64_t hi = r1; hi > r0; hi -= piece) {                                          \
-                int64_t lo = hi - piece > r0 ? hi - piece : r0;                                    \
-                (relu ? affine_relu_cl_##T : affine_cl_##T)(x + lo * c_count, hi - lo, c_count, scale, shift, \
-                                                            y + lo * c_count);                     \
+                int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;                  \
+                if (r) affine_res_cl_##T(x + o, r + o, hi - lo, c_count, scale, shift, y + o);     \
+                else (relu ? affine_relu_cl_##T : affine_cl_##T)(x + o, NULL, hi - lo, c_count, scale, shift, y + o); \
             }                                                                                      \
         }                                                                                          \
         free(sc.part);                                                                             \
@@ -425,8 +464,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
 
 /* As bn_bwd, on [M, C]. */
 #define BN_BWD_CL(T)                                                                               \
-    static nb_status bn_bwd_cl_##T(int64_t m, int64_t c_count, const T *g, const T *x, const T *aux, T *gx, \
-                                   T *gwb, double eps, bool training, bool relu)                   \
+    static nb_status bn_bwd_cl_##T(int64_t m, int64_t c_count, const T *g, const T *x, const T *aux, const T *r, \
+                                   T *gr, T *gx, T *gwb, double eps, bool training, bool relu)     \
     {                                                                                              \
         int64_t nblk = cl_blocks(m, c_count), work = m * c_count;                                  \
         int nt = nb_cpu_threads_for(work, NB_CPU_GRAIN);                                           \
@@ -439,12 +478,13 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             int64_t r0, r1;                                                                        \
             cl_rows(k, nblk, m, &r0, &r1);                                                         \
             double *s = sc.part + k * 2 * c_count;                                                 \
-            if (relu)                                                                              \
-                grad_sums_relu_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, fa, fc, s, \
-                                      s + c_count);                                                \
+            int64_t o = r0 * c_count;                                                              \
+            if (r)                                                                                 \
+                grad_sums_res_cl_##T(g + o, x + o, r + o, gr + o, r1 - r0, c_count, sc.ref, fa, fc, s, s + c_count); \
+            else if (relu)                                                                         \
+                grad_sums_relu_cl_##T(g + o, x + o, NULL, NULL, r1 - r0, c_count, sc.ref, fa, fc, s, s + c_count); \
             else                                                                                   \
-                grad_sums_cl_##T(g + r0 * c_count, x + r0 * c_count, r1 - r0, c_count, sc.ref, NULL, NULL, s, \
-                                 s + c_count);                                                     \
+                grad_sums_cl_##T(g + o, x + o, NULL, NULL, r1 - r0, c_count, sc.ref, NULL, NULL, s, s + c_count); \
         }                                                                                          \
         cl_reduce(sc.part, nblk, c_count);                                                         \
         T *ta = sc.coef, *tb = ta + c_count, *tc = tb + c_count;                                   \
@@ -467,13 +507,13 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 int64_t r0, r1;                                                                    \
                 cl_share(nblk, m, &r0, &r1);                                                       \
                 for (int64_t hi = r1; hi > r0; hi -= piece) {                                      \
-                    int64_t lo = hi - piece > r0 ? hi - piece : r0;                                \
-                    if (relu)                                                                      \
-                        affine2_relu_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, fa, \
-                                            fc, gx + lo * c_count);                                \
+                    int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;              \
+                    if (r)                                                                         \
+                        affine2_cl_##T(gr + o, x + o, hi - lo, c_count, ta, tb, tc, NULL, NULL, gx + o); \
+                    else if (relu)                                                                 \
+                        affine2_relu_cl_##T(g + o, x + o, hi - lo, c_count, ta, tb, tc, fa, fc, gx + o); \
                     else                                                                           \
-                        affine2_cl_##T(g + lo * c_count, x + lo * c_count, hi - lo, c_count, ta, tb, tc, NULL, \
-                                       NULL, gx + lo * c_count);                                   \
+                        affine2_cl_##T(g + o, x + o, hi - lo, c_count, ta, tb, tc, NULL, NULL, gx + o); \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -487,6 +527,13 @@ BN_BWD_CL(float)
 BN_BWD_CL(double)
 
 static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
+
+static bool same_shape(const nb_tensor *a, const nb_tensor *b)
+{
+    bool same = a->ndim == b->ndim;
+    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+    return same;
+}
 
 /* BATCH_NORM with i0 set: the running statistics, in place (out = running mean, out2 = running
  * var, any stride) from the stats in[0] (rows mean, biased var): r = (1 - s0) r + s0 mean and
@@ -508,24 +555,25 @@ BN_RUNNING(double)
 
 /* The channels-last path: x channels-last, and then every other [N, C, H, W] operand must be too
  * (nb_batch_norm and its rule allocate them so). */
-static nb_status bn_cl(nb_op op, const nb_kargs *a, const nb_tensor *x)
+static nb_status bn_cl(nb_op op, const nb_kargs *a, const nb_tensor *x, const nb_tensor *r)
 {
-    const nb_tensor *other[2] = {a->out, op == NB_OP_BATCH_NORM ? NULL : a->in[0]};
-    for (int i = 0; i < 2; i++)
+    static const char *const what[4] = {"the output", "the upstream gradient", "the residual",
+                                        "the residual's gradient"};
+    const nb_tensor *other[4] = {a->out, op == NB_OP_BATCH_NORM ? NULL : a->in[0], r, r ? a->out3 : NULL};
+    for (int i = 0; i < 4; i++)
         if (other[i] && !nb__is_channels_last(other[i]))
-            return nb__err(NB_ERR_INTERNAL, "%s: x is channels-last but %s is not", nb__op_name(op),
-                           i ? "the upstream gradient" : "the output");
+            return nb__err(NB_ERR_INTERNAL, "%s: x is channels-last but %s is not", nb__op_name(op), what[i]);
     int64_t m = x->shape[0] * x->shape[2] * x->shape[3], c = x->shape[1];
     bool f32 = x->dtype == NB_FLOAT32, relu = a->i1 != 0;
     if (op == NB_OP_BATCH_NORM)
-        return f32 ? bn_fwd_cl_float(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                     a->flag, relu)
-                   : bn_fwd_cl_double(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                      a->flag, relu);
-    return f32 ? bn_bwd_cl_float(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
-                                 relu)
-               : bn_bwd_cl_double(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0,
-                                  a->flag, relu);
+        return f32 ? bn_fwd_cl_float(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(r), ptr(a->out), ptr(a->out2),
+                                     a->s0, a->flag, relu)
+                   : bn_fwd_cl_double(m, c, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(r), ptr(a->out), ptr(a->out2),
+                                      a->s0, a->flag, relu);
+    return f32 ? bn_bwd_cl_float(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(r), ptr(a->out3), ptr(a->out),
+                                 ptr(a->out2), a->s0, a->flag, relu)
+               : bn_bwd_cl_double(m, c, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(r), ptr(a->out3), ptr(a->out),
+                                  ptr(a->out2), a->s0, a->flag, relu);
 }
 
 nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
@@ -542,21 +590,30 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
         else bn_running_double(a);
         return NB_OK;
     }
-    if (nb__is_channels_last(x)) return bn_cl(op, a, x);
+    /* the residual (fused ReLU only): x's shape, and its layout, as the residual's gradient */
+    const nb_tensor *r = a->i1 ? a->in[3] : NULL;
+    if (r && (!same_shape(r, x) || r->dtype != dt || (op == NB_OP_BATCH_NORM_BACKWARD && !a->out3)))
+        return nb__err(NB_ERR_INTERNAL, "%s: the residual must have x's shape and dtype (and a gradient output)",
+                       nb__op_name(op));
+    if (nb__is_channels_last(x)) return bn_cl(op, a, x, r);
+    if (r && (!nb__is_contiguous(r) || (a->out3 && !nb__is_contiguous(a->out3))))
+        return nb__err(NB_ERR_INTERNAL, "%s: x is contiguous but the residual or its gradient is not", nb__op_name(op));
     int64_t n = x->shape[0], c = x->shape[1], s = nb__numel(x->shape + 2, x->ndim - 2);
     bool relu = a->i1 != 0;
     if (op == NB_OP_BATCH_NORM) {
         if (dt == NB_FLOAT32)
-            bn_fwd_float(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
-                         relu);
+            bn_fwd_float(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(r), ptr(a->out), ptr(a->out2), a->s0,
+                         a->flag, relu);
         else
-            bn_fwd_double(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag,
-                          relu);
+            bn_fwd_double(n, c, s, ptr(x), ptr(a->in[1]), ptr(a->in[2]), ptr(r), ptr(a->out), ptr(a->out2), a->s0,
+                          a->flag, relu);
         return NB_OK;
     }
     if (dt == NB_FLOAT32)
-        bn_bwd_float(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag, relu);
+        bn_bwd_float(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(r), ptr(a->out3), ptr(a->out), ptr(a->out2),
+                     a->s0, a->flag, relu);
     else
-        bn_bwd_double(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(a->out), ptr(a->out2), a->s0, a->flag, relu);
+        bn_bwd_double(n, c, s, ptr(a->in[0]), ptr(x), ptr(a->in[2]), ptr(r), ptr(a->out3), ptr(a->out), ptr(a->out2),
+                      a->s0, a->flag, relu);
     return NB_OK;
 }
