@@ -205,6 +205,29 @@ static void bn_params_only(void)
     nb_scope_end(s);
 }
 
+/* relu(batch_norm) and relu(batch_norm + r) (nb_batch_norm_relu, nb_batch_norm_add_relu; in[3]
+ * the residual when given): on the device the composed ops, on the CPU the fused kernel. */
+static nb_tensor *bn_fused_f(nb_tensor *const *in, void *ctx)
+{
+    bool training = ctx != NULL;
+    if (in[3]) return nb_batch_norm_add_relu(in[0], in[3], NULL, NULL, in[1], in[2], training, 0.1, 1e-5);
+    return nb_batch_norm_relu(in[0], NULL, NULL, in[1], in[2], training, 0.1, 1e-5);
+}
+
+/* The fused batch-norm ops against the CPU's fused kernel, float64, training; all four
+ * gradients (x, weight, bias, the residual). */
+static void test_batch_norm_fused(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sx[4] = {4, 6, 7, 5}, sc[1] = {6};
+    nb_tensor *in[4] = {randn(sx, 4, NB_FLOAT64), randn(sc, 1, NB_FLOAT64), randn(sc, 1, NB_FLOAT64),
+                        randn(sx, 4, NB_FLOAT64)};
+    compare(bn_fused_f, (void *)1, in, 3, 1e-11, "batch_norm_relu");
+    compare(bn_fused_f, (void *)1, in, 4, 1e-11, "batch_norm_add_relu");
+    nb_scope_end(s);
+}
+
 /* Batch norm against the CPU: float64 at 1e-11 and ResNet-like float32 shapes at 1e-5 (the
  * vector widths 4, 2 and 1, one and many blocks per channel), a single channel over a large
  * plane, 2-D and 3-D inputs, one value per channel in evaluation, no weight and bias, an
@@ -317,7 +340,7 @@ int main(void)
     if (nbt_cuda_missing()) return 77;
     nb_cuda_set_allow_tf32_conv(false); /* element-wise comparisons with the CPU's float32 */
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_conv_and_pool), cmocka_unit_test(test_conv_tf32),
-                                       cmocka_unit_test(test_batch_norm),
+                                       cmocka_unit_test(test_batch_norm), cmocka_unit_test(test_batch_norm_fused),
                                        cmocka_unit_test(test_lstm), cmocka_unit_test(test_cnn)};
     return NBT_RUN(tests);
 }
