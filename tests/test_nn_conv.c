@@ -353,6 +353,15 @@ static void test_errors(void **state)
               "more than 1 value per channel", "[1, 3]", NULL);
     NBT_FAILS(nb_batch_norm(xd, c3, c3, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_DTYPE,
               "batch_norm: running_mean has dtype float32", NULL);
+    /* the fused ops name themselves; a residual that does not broadcast is add's error */
+    NBT_FAILS(nb_batch_norm_relu(x, c4, c3, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE,
+              "batch_norm_relu: running_mean [4]", NULL);
+    NBT_FAILS(nb_batch_norm_add_relu(x, x, c4, c3, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE,
+              "batch_norm_add_relu: running_mean [4]", NULL);
+    NBT_FAILS(nb_batch_norm_add_relu(x, NULL, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_INVALID_ARG,
+              "batch_norm_add_relu: residual must not be NULL", NULL);
+    NBT_FAILS(nb_batch_norm_add_relu(x, c4, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE, "add",
+              "[4]", NULL);
     nb_scope_end(sc);
 }
 

@@ -15,42 +15,44 @@
 
 #define SHAPE(t) nb__shape_str((t)->shape, (t)->ndim, (char[NB_SHAPE_STR_MAX]){0})
 
-static nb_status check_param(const nb_tensor *x, const nb_tensor *t, const char *name)
+static nb_status check_param(const char *op, const nb_tensor *x, const nb_tensor *t, const char *name)
 {
     if (!t) return NB_OK;
     if (t->dtype != x->dtype)
-        return nb__err(NB_ERR_DTYPE, "batch_norm: %s has dtype %s but input has %s", name, nb_dtype_name(t->dtype),
+        return nb__err(NB_ERR_DTYPE, "%s: %s has dtype %s but input has %s", op, name, nb_dtype_name(t->dtype),
                        nb_dtype_name(x->dtype));
     if (t->ndim != 1 || t->shape[0] != x->shape[1])
-        return nb__err(NB_ERR_SHAPE, "batch_norm: %s %s does not match the input's %lld channels (input %s)", name,
+        return nb__err(NB_ERR_SHAPE, "%s: %s %s does not match the input's %lld channels (input %s)", op, name,
                        SHAPE(t), (long long)x->shape[1], SHAPE(x));
     return NB_OK;
 }
 
-static nb_status check_args(const nb_tensor *x, const nb_tensor *rm, const nb_tensor *rv, const nb_tensor *w,
-                            const nb_tensor *b, bool training)
+/* The checks of every batch-norm entry point; op names it in the messages. r: the residual of
+ * the fused add (x's shape and dtype, checked by the caller) or NULL. */
+static nb_status check_args(const char *op, const nb_tensor *x, const nb_tensor *r, const nb_tensor *rm,
+                            const nb_tensor *rv, const nb_tensor *w, const nb_tensor *b, bool training)
 {
-    if (!x) return nb__err(NB_ERR_INVALID_ARG, "batch_norm: input must not be NULL");
-    const nb_tensor *all[5] = {x};
+    if (!x) return nb__err(NB_ERR_INVALID_ARG, "%s: input must not be NULL", op);
+    const nb_tensor *all[6] = {x};
     int n = 1;
-    const nb_tensor *opt[4] = {rm, rv, w, b};
-    for (int i = 0; i < 4; i++)
+    const nb_tensor *opt[5] = {rm, rv, w, b, r};
+    for (int i = 0; i < 5; i++)
         if (opt[i]) all[n++] = opt[i];
-    NB_TRY(nb__check_inputs("batch_norm", all, n));
+    NB_TRY(nb__check_inputs(op, all, n));
     if (x->dtype != NB_FLOAT32 && x->dtype != NB_FLOAT64)
-        return nb__err(NB_ERR_DTYPE, "batch_norm: dtype %s is not supported (float32/float64 only)",
+        return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported (float32/float64 only)", op,
                        nb_dtype_name(x->dtype));
-    if (x->ndim < 2) return nb__err(NB_ERR_SHAPE, "batch_norm: expected an input of 2 or more dims (got %s)", SHAPE(x));
-    NB_TRY(check_param(x, rm, "running_mean"));
-    NB_TRY(check_param(x, rv, "running_var"));
-    NB_TRY(check_param(x, w, "weight"));
-    NB_TRY(check_param(x, b, "bias"));
+    if (x->ndim < 2) return nb__err(NB_ERR_SHAPE, "%s: expected an input of 2 or more dims (got %s)", op, SHAPE(x));
+    NB_TRY(check_param(op, x, rm, "running_mean"));
+    NB_TRY(check_param(op, x, rv, "running_var"));
+    NB_TRY(check_param(op, x, w, "weight"));
+    NB_TRY(check_param(op, x, b, "bias"));
     if (!training && (!rm || !rv))
-        return nb__err(NB_ERR_INVALID_ARG, "batch_norm: evaluation needs running_mean and running_var");
+        return nb__err(NB_ERR_INVALID_ARG, "%s: evaluation needs running_mean and running_var", op);
     if (training && (!rm) != (!rv))
-        return nb__err(NB_ERR_INVALID_ARG, "batch_norm: give both running_mean and running_var, or neither");
+        return nb__err(NB_ERR_INVALID_ARG, "%s: give both running_mean and running_var, or neither", op);
     if (training && nb__numel(x->shape, x->ndim) / x->shape[1] <= 1)
-        return nb__err(NB_ERR_SHAPE, "batch_norm: expected more than 1 value per channel when training (input %s)",
+        return nb__err(NB_ERR_SHAPE, "%s: expected more than 1 value per channel when training (input %s)", op,
                        SHAPE(x));
     return NB_OK;
 }
@@ -95,7 +97,8 @@ static nb_tensor *batch_norm(const nb_tensor *x, const nb_tensor *residual, nb_t
                              nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
                              double momentum, double eps, bool relu)
 {
-    if (check_args(x, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
+    const char *op = residual ? "batch_norm_add_relu" : relu ? "batch_norm_relu" : "batch_norm";
+    if (check_args(op, x, residual, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
     int64_t c = x->shape[1];
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
@@ -146,8 +149,9 @@ nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual,
                                   double momentum, double eps)
 {
     if (!residual) return nb__err_null(NB_ERR_INVALID_ARG, "batch_norm_add_relu: residual must not be NULL");
+    /* the fused kernel takes a residual of x's shape and dtype (another device: its check's error) */
     bool fused = x && x->storage->device.type == NB_DEVICE_CPU && residual->ndim == x->ndim &&
-                 residual->dtype == x->dtype && nb_device_equal(residual->storage->device, x->storage->device);
+                 residual->dtype == x->dtype;
     for (int i = 0; fused && i < x->ndim; i++) fused = residual->shape[i] == x->shape[i];
     if (fused)
         return batch_norm(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, true);
