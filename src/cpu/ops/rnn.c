@@ -13,7 +13,7 @@
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
  * the rest is a plain loop in the operands' precision. Rows of the batch are split across
- * threads when a step is large (B * H >= 2^17). */
+ * threads, one per 2^13 cells of a step. */
 #include <math.h>
 
 #if defined(__x86_64__)
@@ -218,9 +218,12 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
         p.dhc = nb__data(a->out2);
     }
     row_fn fn = pick(fwd, a->out->dtype);
-    /* A step of the DLBench LSTM (B * H = 32768) takes ~20 us on one core: less than what a
-     * fork and join of the thread pool risks on a busy machine, so only larger steps split. */
-    int nt = nb_cpu_threads_for(B * H, 1 << 16);
+    /* Steps from 2^13 cells per thread split across the threads. The step's GEMM just before
+     * ran on all of them, so its output lies in several cores' caches: run on one thread, the
+     * DLBench LSTM's step (B * H = 32768) took 0.10 ms alone but 0.16 ms (backward 0.15) with 2
+     * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
+     * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
+    int nt = nb_cpu_threads_for(B * H, 1 << 13);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < B; b++) fn(&p, b);
     return NB_OK;
