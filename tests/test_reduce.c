@@ -263,13 +263,15 @@ static void test_threads(void **state)
     nb_generator *g = nb_generator_create(7);
     p.generator = g;
     nb_tensor *x = NBT_CHECK(nb_randn(shape, 2, &p));
+    /* columns split into blocks among the threads, and more columns than one block takes */
+    nb_tensor *wide = NBT_CHECK(nb_randn((int64_t[]){64, 40000}, 2, &p));
     nb_generator_free(g);
-    nb_tensor *ref[4];
+    nb_tensor *ref[5];
     for (int nt = 1; nt <= 3; nt++) {
         NBT_OK(nb_set_num_threads(nt));
-        nb_tensor *r[4] = {nb_sum(x, NULL, 0, false), nb_sum(x, &d0, 1, false), nb_sum(x, &d1, 1, false),
-                           nb_softmax(x, 1)};
-        for (int k = 0; k < 4; k++) {
+        nb_tensor *r[5] = {nb_sum(x, NULL, 0, false), nb_sum(x, &d0, 1, false), nb_sum(x, &d1, 1, false),
+                           nb_softmax(x, 1), nb_sum(wide, &d0, 1, false)};
+        for (int k = 0; k < 5; k++) {
             NBT_CHECK(r[k]);
             if (nt == 1) ref[k] = r[k];
             else nbt_assert_close(r[k], ref[k], 1e-6, 1e-5, "a result across thread counts");
@@ -293,6 +295,8 @@ static void test_fast_vs_reference(void **state)
         {2, {64, 1000}, 1, {1}}, {2, {64, 1000}, 1, {0}},   {2, {64, 1000}, 0, {0}},
         {3, {7, 300, 5}, 2, {0, 2}}, {3, {7, 300, 5}, 1, {1}}, {2, {20000, 3}, 1, {0}},
         {2, {3, 20000}, 1, {1}},     {1, {100003}, 0, {0}},
+        /* outer mode over several column blocks (more than OUTER_CW columns; and a kept outer dim) */
+        {2, {40, 40000}, 1, {0}},    {3, {3, 50, 5000}, 1, {1}},
     };
     nb_scope *s = nb_scope_begin();
     nb_generator *g = nb_generator_create(5);
