@@ -186,6 +186,31 @@ static void test_view_errors(void **state)
     nb_scope_end(s);
 }
 
+/* Copies with outputs larger than the last-level cache (32 MiB here: the streaming stores of
+ * src/cpu/ops/copy.c), against paths that do not stream: a row broadcast into [1100, 10007]
+ * float32 (rows of 40028 bytes, so each starts at another alignment) checked row by row with a
+ * broadcasting subtraction, and contiguous copies of a tensor that starts one element into its
+ * buffer, float32 and float64, against the same copy of a strided view of the values. */
+static void test_large_copies(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_params p = nb_tensor_params_default();
+    int64_t rows = 1100, cols = 10007;
+    nb_tensor *row = NBT_CHECK(nb_randn(&cols, 1, &p));
+    nb_tensor *out = NBT_CHECK(nb_empty((int64_t[]){rows, cols}, 2, &p));
+    NBT_OK(nb_copy_(out, row));
+    double worst;
+    NBT_OK(nb_item(NBT_CHECK(nb_max(nb_abs(nb_sub(out, row)))), &worst));
+    assert_true(worst == 0);
+    for (int d = 0; d < 2; d++) {
+        p.dtype = d ? NB_FLOAT64 : NB_FLOAT32;
+        int64_t n = ((int64_t)48 << 20) / (d ? 8 : 4) + 3;
+        nb_tensor *a = NBT_CHECK(nb_narrow(NBT_CHECK(nb_randn(&n, 1, &p)), 0, 1, n - 1));
+        nbt_assert_close(NBT_CHECK(nb_clone(a)), NBT_CHECK(nb_clone(nbt_noncontig(a))), 0, 0, "large copy");
+    }
+    nb_scope_end(s);
+}
+
 static void test_copy_and_dtype(void **state)
 {
     nb_scope *s = nb_scope_begin();
@@ -331,7 +356,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_creation),      cmocka_unit_test(test_creation_errors),
         cmocka_unit_test(test_views),         cmocka_unit_test(test_view_errors),
-        cmocka_unit_test(test_copy_and_dtype), cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_copy_and_dtype), cmocka_unit_test(test_large_copies), cmocka_unit_test(test_devices),
         cmocka_unit_test(test_scopes_and_refcounts), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_dtype_helpers), cmocka_unit_test(test_mixed_devices),
     };

@@ -39,6 +39,9 @@ int nb_cpu_threads_for(int64_t work, int64_t grain);
 /* The calling thread's number in its OpenMP team (0 outside a parallel region or without
  * OpenMP): per-thread scratch in kernels that split work with `omp for`. */
 int nb_cpu_thread_num(void);
+/* Bytes an elementwise op must move before streaming (non-temporal) stores of its output pay:
+ * half the last-level cache one core sees (from sysfs; 32 MiB when unknown), found once. */
+int64_t nb_cpu_stream_threshold(void);
 
 /* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,
  * rows ldi (in) and ldo (out) elements apart, matrices rows * ldi and cols * ldo apart; tiled and

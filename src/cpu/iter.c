@@ -1,4 +1,6 @@
 /* Strided, broadcasting iteration over several operands, split across OpenMP threads. */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #ifdef _OPENMP
@@ -6,6 +8,30 @@
 #endif
 
 #include "cpu/cpu_impl.h"
+
+/* The last-level cache one core sees, from sysfs (sysconf's answer can be the whole host's in a
+ * virtual machine: 320 MiB where the guest has 32); 32 MiB when unknown. */
+static int64_t llc_bytes(void)
+{
+    long long kib = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        if (fscanf(f, "%lld", &kib) != 1) kib = 0;
+        fclose(f);
+    }
+    return kib > 0 ? (int64_t)kib << 10 : (int64_t)32 << 20;
+}
+
+int64_t nb_cpu_stream_threshold(void)
+{
+    static atomic_llong cached = 0;
+    long long t = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!t) {
+        t = llc_bytes() / 2;
+        atomic_store_explicit(&cached, t, memory_order_relaxed);
+    }
+    return t;
+}
 
 int nb_cpu_threads_for(int64_t work, int64_t grain)
 {

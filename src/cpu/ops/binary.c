@@ -241,37 +241,12 @@ STREAM_F64(div_nt_f64, _mm_div_pd, /)
 static const nb_cpu_loop_fn STREAM_LOOPS[4][2] = {
     {add_nt_f32, add_nt_f64}, {sub_nt_f32, sub_nt_f64}, {mul_nt_f32, mul_nt_f64}, {div_nt_f32, div_nt_f64}};
 
-/* The last-level cache one core sees, from sysfs (sysconf's answer can be the whole host's in a
- * virtual machine: 320 MiB where the guest has 32); 32 MiB when unknown. */
-static int64_t llc_bytes(void)
-{
-    long long kib = 0;
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    if (f) {
-        if (fscanf(f, "%lld", &kib) != 1) kib = 0;
-        fclose(f);
-    }
-    return kib > 0 ? (int64_t)kib << 10 : (int64_t)32 << 20;
-}
-
-/* Bytes an op must touch before streaming pays: half the last-level cache, found once. */
-static int64_t stream_threshold(void)
-{
-    static atomic_llong cached = 0;
-    long long t = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (!t) {
-        t = llc_bytes() / 2;
-        atomic_store_explicit(&cached, t, memory_order_relaxed);
-    }
-    return t;
-}
-
 /* The streaming loop for op on dt when the op moves enough bytes, else NULL. */
 static nb_cpu_loop_fn stream_loop(nb_op op, nb_dtype dt, const nb_kargs *a)
 {
     if (op < NB_OP_ADD || op > NB_OP_DIV || (dt != NB_FLOAT32 && dt != NB_FLOAT64)) return NULL;
     int64_t bytes = nb_tensor_numel(a->out) * (int64_t)nb_dtype_size(dt) * (a->in[1] ? 3 : 2);
-    if (bytes < stream_threshold()) return NULL;
+    if (bytes < nb_cpu_stream_threshold()) return NULL;
     return STREAM_LOOPS[op - NB_OP_ADD][dt == NB_FLOAT64];
 }
 #endif

@@ -8,6 +8,11 @@
 
 #include "cpu/cpu_impl.h"
 
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#define NB_STREAM 1
+#endif
+
 
 /* One loop per (destination, source) pair of dtypes. Converting to bool tests != 0, as C does. */
 #define COPY_LOOP(TO, TI)                                                                        \
@@ -59,6 +64,33 @@ static void copy_same(char **p, const int64_t *s, int64_t n, void *ctx)
     }
     for (int64_t k = 0; k < n; k++) memcpy(p[0] + k * s[0], p[1] + k * s[1], es);
 }
+
+#ifdef NB_STREAM
+/* copy_same with streaming (non-temporal) stores where the run is contiguous on both sides: for
+ * outputs too large for the last-level cache, which then are not read into the caches before
+ * being written (as binary.c's arithmetic). A linear layer's bias broadcast into the LSTM's
+ * [4096, 10000] output: 11.0 -> 6.5 ms at 1 thread (Zen 4). */
+static void copy_same_nt(char **p, const int64_t *s, int64_t n, void *ctx)
+{
+    size_t es = *(const size_t *)ctx, bytes = (size_t)n * es, k = 0;
+    if (s[0] != (int64_t)es || s[1] != (int64_t)es) {
+        copy_same(p, s, n, ctx);
+        return;
+    }
+    char *o = p[0];
+    const char *i = p[1];
+    size_t head = (16 - ((uintptr_t)o & 15)) & 15;
+    if (head > bytes) head = bytes;
+    memcpy(o, i, head);
+    for (k = head; k + 32 <= bytes; k += 32) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(i + k)), b = _mm_loadu_si128((const __m128i *)(i + k + 16));
+        _mm_stream_si128((__m128i *)(o + k), a);
+        _mm_stream_si128((__m128i *)(o + k + 16), b);
+    }
+    memcpy(o + k, i + k, bytes - k);
+    _mm_sfence();
+}
+#endif
 
 /* Per image, dst[j ldo + i] = src[i ldi + j] for the [rows, cols] matrix src, in TILE x TILE
  * tiles (both sides touch whole cache lines); images (rows * ldi and cols * ldo elements apart)
@@ -147,7 +179,14 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     nb_cpu_iter_elementwise(&it, a->out, &a->in[0], 1);
     size_t es = nb_dtype_size(a->out->dtype);
     if (a->out->dtype == a->in[0]->dtype) {
-        nb_cpu_iter_run(&it, copy_same, &es, 0);
+        nb_cpu_loop_fn same = copy_same;
+#ifdef NB_STREAM
+        /* only an output larger than the last-level cache (twice the threshold): a smaller one
+         * stays there for its next reader ([4096, 1024] float32 written 0.39 ms plainly, 0.98
+         * streamed, at 1 thread) */
+        if (nb_tensor_numel(a->out) * (int64_t)es >= 2 * nb_cpu_stream_threshold()) same = copy_same_nt;
+#endif
+        nb_cpu_iter_run(&it, same, &es, 0);
         return NB_OK;
     }
     nb_cpu_loop_fn loop = copy_loop(a->out->dtype, a->in[0]->dtype);
