@@ -316,6 +316,39 @@ static void test_dropout_identity(void **state)
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
+/* Cross entropy over logits larger than the last-level cache (32 MiB here): the backward writes
+ * their gradient with streaming stores (src/cpu/ops/softmax.c), each row of 10007 values starting
+ * at another alignment; bit for bit the gradient of the same rows taken 100 at a time (outputs
+ * small enough for plain stores), with targets in a row's first lanes, its middle and its last
+ * value, and an ignored row. Sum reduction: each row's gradient is then its own. */
+static void test_large_backward_streams(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int64_t rows = 1000, cols = 10007, chunk = 100;
+    nb_tensor_params p = nb_tensor_params_default();
+    nb_tensor *x0 = NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){rows, cols}, 2, &p), 3));
+    int64_t *tv = malloc((size_t)rows * sizeof *tv);
+    assert_non_null(tv);
+    for (int64_t r = 0; r < rows; r++) tv[r] = (r * 7919) % cols;
+    tv[1] = 0, tv[2] = 3, tv[3] = cols - 1, tv[4] = cols - 5, tv[5] = -100;
+    p.dtype = NB_INT64;
+    nb_tensor *t = NBT_CHECK(nb_tensor_from_data(tv, (int64_t[]){rows}, 1, &p));
+    free(tv);
+    nb_cross_entropy_params cp = nb_cross_entropy_params_default();
+    cp.reduction = NB_REDUCE_SUM;
+    nb_tensor *x = nbt_leaf(x0);
+    NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(x, t, &cp)), NULL, NB_BACKWARD_DEFAULT));
+    nb_tensor *gx = NBT_CHECK(nb_tensor_grad(x));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        nb_tensor *xc = nbt_leaf(NBT_CHECK(nb_narrow(x0, 0, r0, chunk)));
+        NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(xc, NBT_CHECK(nb_narrow(t, 0, r0, chunk)), &cp)), NULL,
+                           NB_BACKWARD_DEFAULT));
+        nbt_assert_close(NBT_CHECK(nb_narrow(gx, 0, r0, chunk)), NBT_CHECK(nb_tensor_grad(xc)), 0, 0,
+                         "large cross entropy gradient, row by row");
+    }
+    nb_scope_end(s);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -379,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_dropout_seed_and_grad),
         cmocka_unit_test(test_dropout_identity),
         cmocka_unit_test(test_reference),
+        cmocka_unit_test(test_large_backward_streams),
     };
     return NBT_RUN(tests);
 }

@@ -200,20 +200,36 @@ __attribute__((target("avx512f"))) static double lse_f32_avx512(const float *x, 
     return (double)m + log(_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
 }
 
-/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). */
-__attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, float lse,
-                                                                 float g, int64_t t)
+/* exp(x - lse) g at x[i .. i + 16) (the lanes of k), less g in the lane of the target t. */
+__attribute__((target("avx512f"))) static inline __m512 ce_bwd_vec(const float *x, int64_t i, __mmask16 k, __m512 vl,
+                                                                  __m512 vg, int64_t t)
 {
-    int64_t i;
+    __m512 v = _mm512_mul_ps(exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl)), vg);
+    return t >= i && t < i + 16 ? _mm512_mask_sub_ps(v, (__mmask16)(1u << (t - i)), v, vg) : v;
+}
+
+/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). stream: the
+ * 64-byte-aligned middle of the row is written with streaming stores (an output larger than the
+ * last-level cache: the LSTM's [4096, 10000] logits' gradient). */
+__attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, float lse,
+                                                                 float g, int64_t t, bool stream)
+{
+    int64_t i = 0;
     __m512 vl = _mm512_set1_ps(lse), vg = _mm512_set1_ps(g);
-    for (i = 0; i + 16 <= D; i += 16)
-        _mm512_storeu_ps(o + i, _mm512_mul_ps(exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(x + i), vl)), vg));
+    if (stream) {
+        int64_t head = (int64_t)(((64 - ((uintptr_t)o & 63)) & 63) / sizeof(float));
+        if (head > D) head = D;
+        if (head) _mm512_mask_storeu_ps(o, (__mmask16)((1u << head) - 1),
+                                        ce_bwd_vec(x, 0, (__mmask16)((1u << head) - 1), vl, vg, t));
+        for (i = head; i + 16 <= D; i += 16) _mm512_stream_ps(o + i, ce_bwd_vec(x, i, 0xFFFF, vl, vg, t));
+    } else {
+        for (; i + 16 <= D; i += 16) _mm512_storeu_ps(o + i, ce_bwd_vec(x, i, 0xFFFF, vl, vg, t));
+    }
     if (i < D) {
         __mmask16 k = (__mmask16)((1u << (D - i)) - 1);
-        __m512 e = exp_nonpos(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vl));
-        _mm512_mask_storeu_ps(o + i, k, _mm512_mul_ps(e, vg));
+        _mm512_mask_storeu_ps(o + i, k, ce_bwd_vec(x, i, k, vl, vg, t));
     }
-    if (t >= 0) o[t] -= g;
+    if (stream) _mm_sfence();
 }
 
 /* log_softmax backward of a float32 row: o = g - exp(y) * sum(g), the sum in double. */
@@ -418,6 +434,8 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
     bool vec = false;
 #endif
     int nt = nb_cpu_threads_for(N * C, 0);
+    bool stream = !fwd && N * C * (int64_t)es >= 2 * nb_cpu_stream_threshold(); /* see copy.c */
+    (void)stream;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const char *x = xb + (size_t)(n * C) * es;
@@ -437,7 +455,7 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
         double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
 #if defined(__x86_64__)
         if (vec) {
-            ce_bwd_f32_avx512((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t);
+            ce_bwd_f32_avx512((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t, stream);
             continue;
         }
 #endif
