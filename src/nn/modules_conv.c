@@ -198,12 +198,15 @@ static nb_tensor *bn_run(nb_module *self, nb_tensor *x, bool relu, const nb_tens
     return y;
 }
 
-static nb_tensor *bn2d_forward(nb_module *self, nb_tensor *x)
+/* BatchNorm2d's forward (relu and r as bn_run's), after its input check. */
+static nb_tensor *bn2d_run(nb_module *self, nb_tensor *x, bool relu, const nb_tensor *r)
 {
     if (x && nb_tensor_ndim(x) != 4)
         return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
-    return bn_run(self, x, false, NULL);
+    return bn_run(self, x, relu, r);
 }
+
+static nb_tensor *bn2d_forward(nb_module *self, nb_tensor *x) { return bn2d_run(self, x, false, NULL); }
 
 static nb_tensor *bn1d_forward(nb_module *self, nb_tensor *x)
 {
@@ -227,11 +230,9 @@ static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const
     if (!nb__is_batch_norm2d_module(bn))
         return nb__err_null(NB_ERR_INTERNAL, "%s: %s is not a BatchNorm2d", fn, bn ? nb_module_type_name(bn) : "NULL");
     if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "%s: NULL input to BatchNorm2d", fn);
-    if (nb_tensor_ndim(x) != 4)
-        return nb__err_null(NB_ERR_SHAPE, "BatchNorm2d: expected 4D input (got %dD input)", nb_tensor_ndim(x));
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    return nb_scope_end_keep(s, bn_run(bn, x, true, r));
+    return nb_scope_end_keep(s, bn2d_run(bn, x, true, r));
 }
 
 nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn_relu("zoo_bn_relu", bn, x, NULL); }
