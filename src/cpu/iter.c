@@ -33,6 +33,8 @@ int64_t nb_cpu_stream_threshold(void)
     return t;
 }
 
+bool nb_cpu_streams_output(int64_t out_bytes) { return out_bytes >= 2 * nb_cpu_stream_threshold(); }
+
 int nb_cpu_threads_for(int64_t work, int64_t grain)
 {
     if (grain <= 0) grain = NB_CPU_GRAIN;

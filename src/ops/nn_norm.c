@@ -151,8 +151,8 @@ nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual,
     if (!residual) return nb__err_null(NB_ERR_INVALID_ARG, "batch_norm_add_relu: residual must not be NULL");
     /* the fused kernel takes a residual of x's shape and dtype (another device: its check's error) */
     bool fused = x && x->storage->device.type == NB_DEVICE_CPU && residual->ndim == x->ndim &&
-                 residual->dtype == x->dtype;
-    for (int i = 0; fused && i < x->ndim; i++) fused = residual->shape[i] == x->shape[i];
+                 residual->dtype == x->dtype &&
+                 memcmp(residual->shape, x->shape, (size_t)x->ndim * sizeof(int64_t)) == 0;
     if (fused)
         return batch_norm(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, true);
     nb_scope *s = nb_scope_begin();

@@ -9,6 +9,7 @@
  * writes the gradient that reaches r into out3 and goes on from it as the plain backward. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -34,6 +35,9 @@
  * results must be the plain loops' bit for bit (these loops are memory-bound: an FMA saves
  * nothing here). */
 #define FP_OPTS __attribute__((optimize("no-trapping-math", "fp-contract=off")))
+
+/* A kernel macro instantiated for float and for double: BOTH_TYPES(MACRO, args...). */
+#define BOTH_TYPES(M, ...) M(float, __VA_ARGS__) M(double, __VA_ARGS__)
 
 /* Sums in double over LANES independent partial sums, in a fixed order (so results do not depend
  * on the thread count): one accumulator chain would make the loop latency-bound and keeps the
@@ -133,22 +137,14 @@
 
 DEV_SUMS(float)
 DEV_SUMS(double)
-GRAD_SUMS(float, grad_sums, KEEP_ALL_S, SAVE_NONE)
-GRAD_SUMS(double, grad_sums, KEEP_ALL_S, SAVE_NONE)
-GRAD_SUMS(float, grad_sums_relu, KEEP_RELU_S, SAVE_NONE)
-GRAD_SUMS(double, grad_sums_relu, KEEP_RELU_S, SAVE_NONE)
-GRAD_SUMS(float, grad_sums_res, KEEP_RES_S, SAVE_GR)
-GRAD_SUMS(double, grad_sums_res, KEEP_RES_S, SAVE_GR)
-AFFINE(float, affine, SAME, ADD_NONE)
-AFFINE(double, affine, SAME, ADD_NONE)
-AFFINE(float, affine_relu, RELU, ADD_NONE)
-AFFINE(double, affine_relu, RELU, ADD_NONE)
-AFFINE(float, affine_res, RELU, ADD_RES)
-AFFINE(double, affine_res, RELU, ADD_RES)
-AFFINE2(float, affine2, KEEP_ALL_S)
-AFFINE2(double, affine2, KEEP_ALL_S)
-AFFINE2(float, affine2_relu, KEEP_RELU_S)
-AFFINE2(double, affine2_relu, KEEP_RELU_S)
+BOTH_TYPES(GRAD_SUMS, grad_sums, KEEP_ALL_S, SAVE_NONE)
+BOTH_TYPES(GRAD_SUMS, grad_sums_relu, KEEP_RELU_S, SAVE_NONE)
+BOTH_TYPES(GRAD_SUMS, grad_sums_res, KEEP_RES_S, SAVE_GR)
+BOTH_TYPES(AFFINE, affine, SAME, ADD_NONE)
+BOTH_TYPES(AFFINE, affine_relu, RELU, ADD_NONE)
+BOTH_TYPES(AFFINE, affine_res, RELU, ADD_RES)
+BOTH_TYPES(AFFINE2, affine2, KEEP_ALL_S)
+BOTH_TYPES(AFFINE2, affine2_relu, KEEP_RELU_S)
 
 /* training: stats rows 0 and 1 = (mean, biased var) of each channel, then y = (x - mean) /
  * sqrt(var + eps) * w + b; otherwise they are read. Row 2 = w (or 1), for the backward; with
@@ -340,22 +336,14 @@ static int64_t cl_blocks(int64_t m, int64_t c)
 
 DEV_SUMS_CL(float)
 DEV_SUMS_CL(double)
-GRAD_SUMS_CL(float, grad_sums_cl, KEEP_ALL, SAVE_NONE)
-GRAD_SUMS_CL(double, grad_sums_cl, KEEP_ALL, SAVE_NONE)
-GRAD_SUMS_CL(float, grad_sums_relu_cl, KEEP_RELU, SAVE_NONE)
-GRAD_SUMS_CL(double, grad_sums_relu_cl, KEEP_RELU, SAVE_NONE)
-GRAD_SUMS_CL(float, grad_sums_res_cl, KEEP_RES, SAVE_GR)
-GRAD_SUMS_CL(double, grad_sums_res_cl, KEEP_RES, SAVE_GR)
-AFFINE_CL(float, affine_cl, SAME, ADD_NONE)
-AFFINE_CL(double, affine_cl, SAME, ADD_NONE)
-AFFINE_CL(float, affine_relu_cl, RELU, ADD_NONE)
-AFFINE_CL(double, affine_relu_cl, RELU, ADD_NONE)
-AFFINE_CL(float, affine_res_cl, RELU, ADD_RES_CL)
-AFFINE_CL(double, affine_res_cl, RELU, ADD_RES_CL)
-AFFINE2_CL(float, affine2_cl, KEEP_ALL)
-AFFINE2_CL(double, affine2_cl, KEEP_ALL)
-AFFINE2_CL(float, affine2_relu_cl, KEEP_RELU)
-AFFINE2_CL(double, affine2_relu_cl, KEEP_RELU)
+BOTH_TYPES(GRAD_SUMS_CL, grad_sums_cl, KEEP_ALL, SAVE_NONE)
+BOTH_TYPES(GRAD_SUMS_CL, grad_sums_relu_cl, KEEP_RELU, SAVE_NONE)
+BOTH_TYPES(GRAD_SUMS_CL, grad_sums_res_cl, KEEP_RES, SAVE_GR)
+BOTH_TYPES(AFFINE_CL, affine_cl, SAME, ADD_NONE)
+BOTH_TYPES(AFFINE_CL, affine_relu_cl, RELU, ADD_NONE)
+BOTH_TYPES(AFFINE_CL, affine_res_cl, RELU, ADD_RES_CL)
+BOTH_TYPES(AFFINE2_CL, affine2_cl, KEEP_ALL)
+BOTH_TYPES(AFFINE2_CL, affine2_relu_cl, KEEP_RELU)
 
 /* Scratch of one channels-last call: the blocks' sums (2 C doubles each), the reference point of
  * the sums (C doubles) and three per-channel coefficient rows of T. */
@@ -528,12 +516,6 @@ BN_BWD_CL(double)
 
 static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
 
-static bool same_shape(const nb_tensor *a, const nb_tensor *b)
-{
-    bool same = a->ndim == b->ndim;
-    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
-    return same;
-}
 
 /* BATCH_NORM with i0 set: the running statistics, in place (out = running mean, out2 = running
  * var, any stride) from the stats in[0] (rows mean, biased var): r = (1 - s0) r + s0 mean and
@@ -592,7 +574,7 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
     }
     /* the residual (fused ReLU only): x's shape, and its layout, as the residual's gradient */
     const nb_tensor *r = a->i1 ? a->in[3] : NULL;
-    if (r && (!same_shape(r, x) || r->dtype != dt || (op == NB_OP_BATCH_NORM_BACKWARD && !a->out3)))
+    if (r && (r->ndim != x->ndim || memcmp(r->shape, x->shape, (size_t)x->ndim * sizeof(int64_t)) != 0 || r->dtype != dt || (op == NB_OP_BATCH_NORM_BACKWARD && !a->out3)))
         return nb__err(NB_ERR_INTERNAL, "%s: the residual must have x's shape and dtype (and a gradient output)",
                        nb__op_name(op));
     if (nb__is_channels_last(x)) return bn_cl(op, a, x, r);

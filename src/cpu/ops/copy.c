@@ -181,10 +181,7 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     if (a->out->dtype == a->in[0]->dtype) {
         nb_cpu_loop_fn same = copy_same;
 #ifdef NB_STREAM
-        /* only an output larger than the last-level cache (twice the threshold): a smaller one
-         * stays there for its next reader ([4096, 1024] float32 written 0.39 ms plainly, 0.98
-         * streamed, at 1 thread) */
-        if (nb_tensor_numel(a->out) * (int64_t)es >= 2 * nb_cpu_stream_threshold()) same = copy_same_nt;
+        if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es)) same = copy_same_nt;
 #endif
         nb_cpu_iter_run(&it, same, &es, 0);
         return NB_OK;

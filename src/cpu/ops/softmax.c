@@ -439,8 +439,8 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
     bool vec = false;
 #endif
     int nt = nb_cpu_threads_for(N * C, 0);
-    bool stream = !fwd && N * C * (int64_t)es >= 2 * nb_cpu_stream_threshold(); /* see copy.c */
-    (void)stream;
+    bool stream = !fwd && nb_cpu_streams_output(N * C * (int64_t)es);
+    (void)stream; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const char *x = xb + (size_t)(n * C) * es;
