@@ -1,5 +1,5 @@
-/* Pooling on channels-last inputs (the CPU's NHWC kernels): max_pool2d (values, indices,
- * gradient), avg_pool2d and adaptive_avg_pool2d against PyTorch run on torch.channels_last inputs
+/* Pooling on channels-last inputs (the CPU's NHWC kernels): max_pool2d and max_pool2d_relu
+ * (values, indices, gradient), avg_pool2d and adaptive_avg_pool2d against PyTorch run on torch.channels_last inputs
  * (tests/ref/cases_channels_last_pool.py), on a dense channels-last leaf and on a channels-last
  * view at an offset with a channels-last upstream gradient; the layouts of outputs, indices and
  * gradients; the NHWC kernels against the NCHW ones on the same data (bitwise: the same
@@ -16,14 +16,14 @@ enum { OP_MAXP = 1, OP_AVGP = 2, OP_ADAPT = 3 };
 
 typedef struct spec {
     int op;
-    int64_t params[8];
+    int64_t params[9];
 } spec;
 
 static nb_tensor *apply(const spec *s, const nb_tensor *x)
 {
     const int64_t *p = s->params;
     switch (s->op) {
-    case OP_MAXP: return nb_max_pool2d(x, p, p + 2, p + 4, p[6]);
+    case OP_MAXP: return (p[8] ? nb_max_pool2d_relu : nb_max_pool2d)(x, p, p + 2, p + 4, p[6]);
     case OP_AVGP: return nb_avg_pool2d(x, p, p + 2, p + 4, p[6], p[7]);
     default: return nb_adaptive_avg_pool2d(x, p[0], p[1]);
     }
@@ -36,6 +36,7 @@ static void read_spec(const nb_tensor_map *m, const char *name, spec *s)
     NBT_OK(nb_item_int64(NBT_CHECK(nbt_ref(m, name, "op")), &op));
     s->op = (int)op;
     nb_tensor *p = NBT_CHECK(nbt_ref(m, name, "params"));
+    assert_true(nb_tensor_numel(p) <= 9);
     NBT_OK(nb_tensor_read(p, s->params, (size_t)nb_tensor_numel(p) * sizeof(int64_t)));
 }
 
@@ -56,14 +57,36 @@ static void assert_channels_last(const nb_tensor *t, const char *what)
                  (long long)nb_tensor_strides(t)[2], (long long)nb_tensor_strides(t)[3]);
 }
 
-/* max_pool2d's indices: the tensor its node saved for the backward (a new reference: a backward
- * frees the node's). */
-static nb_tensor *saved_indices(const nb_tensor *out)
+/* max_pool2d's indices as PyTorch gives them (int64 h * W + w in the input plane, W the input's
+ * width; contiguous): from the tensor its node saved for the backward, which on a channels-last
+ * input with a window of fewer than 255 taps holds uint8 taps in the window instead (ops.def:
+ * tap t of the window with corner (oy sh - ph, ox sw - pw) is row t / kw, column t % kw of it;
+ * 255 where a fused ReLU left no gradient, -1 here). */
+static nb_tensor *saved_indices(const nb_tensor *out, const spec *s, int64_t w)
 {
     nb_node *node = out->grad_fn;
     assert_non_null(node);
     assert_int_equal(node->op, NB_OP_MAX_POOL2D);
-    return nb__track(nb_tensor_retain(NBT_CHECK(nb__node_saved(node, 0))));
+    nb_tensor *idx = nb__track(nb_tensor_retain(NBT_CHECK(nb__node_saved(node, 0))));
+    const int64_t *p = s->params, *shape = nb_tensor_shape(idx);
+    bool taps = nb_tensor_is_contiguous_format(out, NB_CHANNELS_LAST) && !nb_tensor_is_contiguous(out) &&
+                p[0] * p[1] < 255;
+    assert_int_equal(nb_tensor_dtype(idx), taps ? NB_UINT8 : NB_INT64);
+    if (!taps) return idx;
+    int64_t n = nb_tensor_numel(idx), oh = shape[2], ow = shape[3];
+    uint8_t *t = test_malloc((size_t)n);
+    int64_t *plane = test_malloc((size_t)n * sizeof *plane);
+    NBT_OK(nb_tensor_read(NBT_CHECK(nb_contiguous(idx)), t, (size_t)n));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t oy = i / ow % oh, ox = i % ow;
+        plane[i] = t[i] == 255 ? -1 : (oy * p[2] - p[4] + t[i] / p[1]) * w + ox * p[3] - p[5] + t[i] % p[1];
+    }
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = NB_INT64;
+    nb_tensor *r = NBT_CHECK(nb_tensor_from_data(plane, shape, 4, &tp));
+    test_free(t);
+    test_free(plane);
+    return r;
 }
 
 /* float64: 1e-10; float32: 1e-6 (the same operations as PyTorch's, summed in the same order). */
@@ -97,9 +120,9 @@ static void run_case(const nb_tensor_map *m, const char *name, bool offset)
     assert_channels_last(out, what);
     nbt_assert_close(out, nbt_ref(m, name, "out"), rtol, atol, what);
     if (s.op == OP_MAXP) {
-        nb_tensor *idx = saved_indices(out);
         snprintf(what, sizeof what, "%s (%s): indices", name, mode);
-        assert_channels_last(idx, what);
+        assert_channels_last(NBT_CHECK(nb__node_saved(out->grad_fn, 0)), what);
+        nb_tensor *idx = saved_indices(out, &s, nb_tensor_shape(in)[3]);
         nbt_assert_close(idx, NBT_CHECK(nbt_ref(m, name, "idx")), 0, 0, what);
     }
     NBT_OK(nb_backward(out, offset ? channels_last(gout) : gout, NB_BACKWARD_DEFAULT));
@@ -140,7 +163,7 @@ static void test_nhwc_matches_nchw(void **state)
                 nb_tensor *leaf = cl ? channels_last(in) : NBT_CHECK(nb_clone(in));
                 NBT_OK(nb_tensor_set_requires_grad(leaf, true));
                 out[cl] = NBT_CHECK(apply(&s, leaf));
-                idx[cl] = s.op == OP_MAXP ? saved_indices(out[cl]) : NULL;
+                idx[cl] = s.op == OP_MAXP ? saved_indices(out[cl], &s, nb_tensor_shape(in)[3]) : NULL;
                 NBT_OK(nb_backward(out[cl], gout, NB_BACKWARD_DEFAULT));
                 grad[cl] = NBT_CHECK(nb_tensor_grad(leaf));
             }
@@ -152,6 +175,47 @@ static void test_nhwc_matches_nchw(void **state)
         }
     }
     NBT_OK(nb_set_num_threads(prev));
+    nbt_free_names(names, n);
+    nb_tensor_map_free(m);
+}
+
+/* nb_max_pool2d_relu against nb_relu(nb_max_pool2d(...)) on every max case's input, shifted
+ * down by 1 so that about half the maxima are negative, in both layouts: the same values and
+ * gradients, bitwise. */
+static void test_relu_fused_bitwise(void **state)
+{
+    nb_tensor_map *m = nbt_load_ref("channels_last_pool");
+    char **names;
+    int n = nbt_case_names(m, &names), checked = 0;
+    for (int i = 0; i < n; i++) {
+        nb_scope *sc = nb_scope_begin();
+        spec s;
+        read_spec(m, names[i], &s);
+        if (s.op != OP_MAXP || s.params[8]) {
+            nb_scope_end(sc);
+            continue;
+        }
+        nb_tensor *in = NBT_CHECK(nb_sub_scalar(NBT_CHECK(nbt_ref(m, names[i], "in0")), 1.0));
+        for (int cl = 0; cl < 2; cl++) {
+            nb_tensor *out[2], *grad[2], *gout = NULL;
+            for (int fused = 0; fused < 2; fused++) {
+                nb_tensor *leaf = cl ? channels_last(in) : NBT_CHECK(nb_clone(in));
+                NBT_OK(nb_tensor_set_requires_grad(leaf, true));
+                const int64_t *p = s.params;
+                out[fused] = fused ? NBT_CHECK(nb_max_pool2d_relu(leaf, p, p + 2, p + 4, p[6]))
+                                   : NBT_CHECK(nb_relu(NBT_CHECK(nb_max_pool2d(leaf, p, p + 2, p + 4, p[6]))));
+                if (!gout) gout = NBT_CHECK(nb_randn_like(out[0]));
+                NBT_OK(nb_backward(out[fused], gout, NB_BACKWARD_DEFAULT));
+                grad[fused] = NBT_CHECK(nb_tensor_grad(leaf));
+            }
+            nbt_assert_close(out[1], out[0], 0, 0, names[i]);
+            nbt_assert_close(grad[1], grad[0], 0, 0, names[i]);
+            if (cl) assert_channels_last(out[1], names[i]);
+            checked++;
+        }
+        nb_scope_end(sc);
+    }
+    assert_true(checked >= 20);
     nbt_free_names(names, n);
     nb_tensor_map_free(m);
 }
@@ -224,6 +288,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pytorch_cases),
         cmocka_unit_test(test_nhwc_matches_nchw),
+        cmocka_unit_test(test_relu_fused_bitwise),
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_layouts),
     };

@@ -52,6 +52,11 @@ static nb_tensor *maxp_f(nb_tensor *const *in, void *ctx)
     int64_t k[2] = {3, 3}, st[2] = {2, 2}, pd[2] = {1, 1};
     return nb_max_pool2d(in[0], k, st, pd, ctx != NULL);
 }
+static nb_tensor *maxp_relu_f(nb_tensor *const *in, void *ctx)
+{
+    int64_t k[2] = {3, 3}, st[2] = {2, 2}, pd[2] = {1, 1};
+    return nb_max_pool2d_relu(in[0], k, st, pd, ctx != NULL);
+}
 static nb_tensor *avgp_f(nb_tensor *const *in, void *ctx)
 {
     int64_t k[2] = {3, 2}, st[2] = {2, 1}, pd[2] = {1, 0};
@@ -77,6 +82,7 @@ static void test_conv_and_pool(void **state)
         compare(conv_f, &p, in, 2, rtol, "conv2d without bias");
         compare(maxp_f, NULL, in, 1, rtol, "max_pool2d");
         compare(maxp_f, (void *)1, in, 1, rtol, "max_pool2d ceil");
+        compare(maxp_relu_f, NULL, in, 1, rtol, "max_pool2d_relu (composed on the GPU, fused on the CPU)");
         compare(avgp_f, NULL, in, 1, rtol, "avg_pool2d");
         compare(avgp_f, (void *)1, in, 1, rtol, "avg_pool2d count_include_pad");
         compare(adapt_f, NULL, in, 1, rtol, "adaptive_avg_pool2d");

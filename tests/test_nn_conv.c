@@ -15,7 +15,7 @@ enum { OP_CONV, OP_MAXP, OP_AVGP, OP_ADAPT, OP_BN };
 
 typedef struct spec {
     int op, n;
-    int64_t params[8];
+    int64_t params[9];
     double momentum, eps;
     nb_tensor *rm, *rv; /* batch norm's running stats (the call updates them) */
 } spec;
@@ -29,7 +29,7 @@ static nb_tensor *apply(const spec *s, nb_tensor *const *x)
                                .groups = p[6], .relu = p[7] != 0};
         return nb_conv2d(x[0], x[1], s->n > 2 ? x[2] : NULL, &cp);
     }
-    case OP_MAXP: return nb_max_pool2d(x[0], p, p + 2, p + 4, p[6]);
+    case OP_MAXP: return (p[8] ? nb_max_pool2d_relu : nb_max_pool2d)(x[0], p, p + 2, p + 4, p[6]);
     case OP_AVGP: return nb_avg_pool2d(x[0], p, p + 2, p + 4, p[6], p[7]);
     case OP_ADAPT: return nb_adaptive_avg_pool2d(x[0], p[0], p[1]);
     default: {
@@ -61,6 +61,7 @@ static void read_spec(const nb_tensor_map *m, const char *name, spec *s)
         s->n++;
     }
     nb_tensor *p = NBT_CHECK(nbt_ref(m, name, "params"));
+    assert_true(nb_tensor_numel(p) <= 9);
     NBT_OK(nb_tensor_read(p, s->params, (size_t)nb_tensor_numel(p) * sizeof(int64_t)));
     nb_tensor *sc = nbt_ref(m, name, "scalars");
     if (sc) {

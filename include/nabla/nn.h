@@ -36,6 +36,9 @@ NB_API nb_tensor *nb_conv2d(const nb_tensor *x, const nb_tensor *weight, const n
  * still start inside the input or its left padding). */
 NB_API nb_tensor *nb_max_pool2d(const nb_tensor *x, const int64_t kernel[2], const int64_t *stride,
                                 const int64_t *padding, bool ceil_mode);
+/* relu(max_pool2d(x, ...)): the same values and gradients, in one pass each way on the CPU. */
+NB_API nb_tensor *nb_max_pool2d_relu(const nb_tensor *x, const int64_t kernel[2], const int64_t *stride,
+                                     const int64_t *padding, bool ceil_mode);
 /* count_include_pad: divide by the window size including padding (PyTorch's default true). */
 NB_API nb_tensor *nb_avg_pool2d(const nb_tensor *x, const int64_t kernel[2], const int64_t *stride,
                                 const int64_t *padding, bool ceil_mode, bool count_include_pad);

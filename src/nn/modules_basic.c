@@ -115,10 +115,6 @@ nb_module *nb_linear_module(int64_t in_features, int64_t out_features, bool bias
 
 /* ---- Sequential ------------------------------------------------------------------------------ */
 
-/* From src/nn/modules_conv.c (internal). */
-bool nb__is_conv2d_module(const nb_module *m);
-nb_tensor *nb__conv2d_relu_forward(nb_module *m, nb_tensor *x);
-
 static const char relu_type_name[] = "ReLU"; /* an address of its own, see modules_conv.c */
 
 static nb_module *child_at(nb_module *self, int i)
@@ -128,18 +124,17 @@ static nb_module *child_at(nb_module *self, int i)
     return nb_module_get_module(self, name);
 }
 
-/* The children in order; a Conv2d or a BatchNorm2d immediately followed by a ReLU runs as one op
- * with the ReLU fused (nb_conv2d's relu, nb_batch_norm_relu: the same values and gradients, one
- * node and one pass fewer). */
+/* The children in order; a Conv2d, a BatchNorm2d or a MaxPool2d immediately followed by a ReLU
+ * runs as one op with the ReLU fused (nb__relu_forward: the same values and gradients, one node
+ * and one pass fewer). */
 static nb_tensor *sequential_forward(nb_module *self, nb_tensor *x)
 {
     nb_tensor *y = x;
     nb_module *child, *next;
     for (int i = 0; y && (child = child_at(self, i)); i++) {
-        bool conv = nb__is_conv2d_module(child), bn = !conv && nb__is_batch_norm2d_module(child);
-        next = conv || bn ? child_at(self, i + 1) : NULL;
+        next = nb__fuses_relu(child) ? child_at(self, i + 1) : NULL;
         if (next && nb_module_type_name(next) == relu_type_name) {
-            y = conv ? nb__conv2d_relu_forward(child, y) : nb__zoo_bn_relu(child, y);
+            y = nb__relu_forward(child, y);
             i++;
         } else {
             y = nb_module_forward(child, y);

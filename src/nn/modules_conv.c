@@ -68,14 +68,8 @@ static nb_tensor *conv_forward(nb_module *self, nb_tensor *x)
 static const char conv_type_name[] = "Conv2d";
 static const nb_module_funcs conv_funcs = {conv_type_name, conv_forward, free};
 
-/* Internal, for Sequential (src/nn/modules_basic.c): whether m is a Conv2d of this file, and its
- * forward with the following ReLU fused in (one CONV2D node; same values as the two apart). */
-bool nb__is_conv2d_module(const nb_module *m);
-nb_tensor *nb__conv2d_relu_forward(nb_module *m, nb_tensor *x);
-
-bool nb__is_conv2d_module(const nb_module *m) { return m && nb_module_type_name(m) == conv_type_name; }
-
-nb_tensor *nb__conv2d_relu_forward(nb_module *m, nb_tensor *x)
+/* Conv2d's forward with the following ReLU fused in (one CONV2D node). */
+static nb_tensor *conv_relu_forward(nb_module *m, nb_tensor *x)
 {
     nb_conv2d_params c = opts(m)->conv;
     c.relu = true;
@@ -134,7 +128,14 @@ static nb_tensor *adaptive_forward(nb_module *self, nb_tensor *x)
     return nb_adaptive_avg_pool2d(x, opts(self)->k[0], opts(self)->k[1]);
 }
 
-static const nb_module_funcs maxpool_funcs = {"MaxPool2d", maxpool_forward, free};
+static nb_tensor *maxpool_relu_forward(nb_module *self, nb_tensor *x)
+{
+    const layer_opts *o = opts(self);
+    return nb_max_pool2d_relu(x, o->k, o->stride, o->pad, false);
+}
+
+static const char maxpool_type_name[] = "MaxPool2d"; /* an address of its own, as conv_type_name */
+static const nb_module_funcs maxpool_funcs = {maxpool_type_name, maxpool_forward, free};
 static const nb_module_funcs avgpool_funcs = {"AvgPool2d", avgpool_forward, free};
 static const nb_module_funcs adaptive_funcs = {"AdaptiveAvgPool2d", adaptive_forward, free};
 
@@ -241,6 +242,22 @@ nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r)
 {
     if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add_relu: NULL residual");
     return zoo_bn_relu("zoo_bn_add_relu", bn, x, r);
+}
+
+bool nb__fuses_relu(const nb_module *m)
+{
+    const char *t = m ? nb_module_type_name(m) : NULL;
+    return t && (t == conv_type_name || t == maxpool_type_name || nb__is_batch_norm2d_module(m));
+}
+
+nb_tensor *nb__relu_forward(nb_module *m, nb_tensor *x)
+{
+    if (!nb__fuses_relu(m))
+        return nb__err_null(NB_ERR_INTERNAL, "relu_forward: %s has no fused ReLU", m ? nb_module_type_name(m) : "NULL");
+    const char *t = nb_module_type_name(m);
+    if (t == conv_type_name) return conv_relu_forward(m, x);
+    if (t == maxpool_type_name) return maxpool_relu_forward(m, x);
+    return nb__zoo_bn_relu(m, x);
 }
 
 static nb_module *bn_module(const nb_module_funcs *funcs, int64_t c, const nb_tensor_params *p)

@@ -1,9 +1,13 @@
-/* Pooling entry points: max_pool2d, avg_pool2d, adaptive_avg_pool2d. Each validates, makes the
- * input a contiguous 4-D tensor (or, for a 4-D channels-last input on the CPU, keeps it as it is
- * and makes the output and max's indices channels-last too), runs its pool kernel and records a
- * node (max: saved indices; avg: parameters in i0/i1/flag as ops.def packs them; every pool:
- * POOL_CL in i1 when channels-last, for the rule to keep the gradient's layout). Rules in
- * src/autograd/rules_nn.c. */
+/* Pooling entry points: max_pool2d (and max_pool2d_relu, ReLU fused), avg_pool2d,
+ * adaptive_avg_pool2d. Each validates, makes the input a contiguous 4-D tensor (or, for a 4-D
+ * channels-last input on the CPU, keeps it as it is and makes the output and max's indices
+ * channels-last too), runs its pool kernel and records a node (max: saved indices; avg:
+ * parameters in i0/i1/flag as ops.def packs them; every pool: POOL_CL in i1 when channels-last,
+ * for the rule to keep the gradient's layout). Rules in src/autograd/rules_nn.c.
+ *
+ * Max pooling's indices are int64 plane indices (h * W + w, PyTorch's), except on channels-last
+ * inputs with windows of fewer than 255 taps, where they are uint8 taps within the window (ops.def,
+ * MAX_POOL2D): a ninth of the bytes to write and read back. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -14,7 +18,7 @@
 typedef struct pool_args {
     const char *op;
     int64_t k[2], s[2], p[2];
-    bool ceil_mode, count_include_pad;
+    bool ceil_mode, count_include_pad, relu;
 } pool_args;
 
 static nb_status check_input(const char *op, const nb_tensor *x)
@@ -78,9 +82,10 @@ static nb_tensor *pool_run(nb_op op, const pool_args *a, const nb_tensor *x, boo
     }
     nb_device dev = x->storage->device;
     nb_tensor *out = nb__tensor_new_format(a->op, shape, 4, x->dtype, dev, cl);
-    nb_tensor *idx = op == NB_OP_MAX_POOL2D ? nb__tensor_new_format(a->op, shape, 4, NB_INT64, dev, cl) : NULL;
+    nb_dtype idt = cl && a->k[0] * a->k[1] < 255 ? NB_UINT8 : NB_INT64;
+    nb_tensor *idx = op == NB_OP_MAX_POOL2D ? nb__tensor_new_format(a->op, shape, 4, idt, dev, cl) : NULL;
     nb_status st = out && (idx || op != NB_OP_MAX_POOL2D) ? NB_OK : nb_last_status();
-    nb_kargs k = {.out = out, .out2 = idx, .in = {x}, .flag = a->count_include_pad};
+    nb_kargs k = {.out = out, .out2 = idx, .in = {x}, .flag = op == NB_OP_MAX_POOL2D ? a->relu : a->count_include_pad};
     k.i0 = a->k[0] | (a->k[1] << 16) | (a->s[0] << 32) | (a->s[1] << 48);
     k.i1 = a->p[0] | (a->p[1] << 16);
     if (st == NB_OK) st = nb__dispatch(op, &k);
@@ -118,6 +123,23 @@ nb_tensor *nb_max_pool2d(const nb_tensor *x, const int64_t kernel[2], const int6
 {
     pool_args a = {.op = "max_pool2d", .ceil_mode = ceil_mode};
     if (check_input(a.op, x) != NB_OK || pool_params(&a, kernel, stride, padding) != NB_OK) return NULL;
+    return pool_entry(NB_OP_MAX_POOL2D, &a, x);
+}
+
+/* The CPU's kernels apply the ReLU as they store each maximum, and save no index (-1, or 255 for
+ * uint8 taps) where it gives no gradient (the maximum not > 0, as relu's backward); elsewhere
+ * max_pool2d and relu run as two ops. */
+nb_tensor *nb_max_pool2d_relu(const nb_tensor *x, const int64_t kernel[2], const int64_t *stride,
+                              const int64_t *padding, bool ceil_mode)
+{
+    pool_args a = {.op = "max_pool2d_relu", .ceil_mode = ceil_mode, .relu = true};
+    if (check_input(a.op, x) != NB_OK || pool_params(&a, kernel, stride, padding) != NB_OK) return NULL;
+    if (x->storage->device.type != NB_DEVICE_CPU) {
+        nb_scope *s = nb_scope_begin();
+        if (!s) return NULL;
+        nb_tensor *y = nb_max_pool2d(x, kernel, stride, padding, ceil_mode);
+        return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
+    }
     return pool_entry(NB_OP_MAX_POOL2D, &a, x);
 }
 

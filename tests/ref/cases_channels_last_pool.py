@@ -3,13 +3,16 @@ and adaptive_avg_pool2d (torch.nn.functional) on channels-last inputs (torch.cha
 channel counts that are not multiples of a vector and one input large enough to be split across
 threads by channel blocks; and max pools with channels multiples of 16 ("_v16"), which float32
 runs on the AVX-512 kernels (ties, NaN, padding, ceil mode, windows that overlap by more than
-half, a size split across threads).
+half, a size split across threads); and relu(max_pool2d) ("max_relu_", nabla's
+nb_max_pool2d_relu) on both kernels, with negative maxima, zeros, ties and NaN.
 
 Each case <name>/<dtype> holds (stored contiguous, NCHW; the test lays them out channels-last):
   op      int64 [1]: 1 max_pool2d, 2 avg_pool2d, 3 adaptive_avg_pool2d
-  params  int64: pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad];
+  params  int64: pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad,
+          relu] (relu 1: relu(max_pool2d));
           adaptive [out_h, out_w]
-  in0     the input, out the output, idx max_pool2d's indices (h * W + w in the input plane),
+  in0     the input, out the output, idx max_pool2d's indices (h * W + w in the input plane;
+          with relu, -1 where relu's gradient is 0: the maximum <= 0),
   gout    the upstream gradient, grad0 the input's gradient
 Every case comes in f32 and f64, computed by PyTorch in that dtype.
 """
@@ -37,9 +40,13 @@ def _case(t, name, op, params, x, fn):
         t[f"{key}/grad0"] = xi.grad
 
 
-def _max(t, name, x, k, s, p, ceil):
-    _case(t, name, MAXP, list(k) + list(s) + list(p) + [int(ceil), 1], x,
-          lambda xi: F.max_pool2d(xi, k, s, p, ceil_mode=ceil, return_indices=True))
+def _max(t, name, x, k, s, p, ceil, relu=False):
+    def fn(xi):
+        out, idx = F.max_pool2d(xi, k, s, p, ceil_mode=ceil, return_indices=True)
+        if not relu:
+            return out, idx
+        return F.relu(out), torch.where(out <= 0, torch.full_like(idx, -1), idx)
+    _case(t, name, MAXP, list(k) + list(s) + list(p) + [int(ceil), 1, int(relu)], x, fn)
 
 
 def _avg(t, name, x, k, s, p, ceil, cip):
@@ -84,6 +91,17 @@ def _build():
     _max(t, "max_nan_v16", nan16, (3, 3), (2, 2), (1, 1), False)
     _max(t, "max_overlap_ceil_v16", r(1, 48, 13, 11), (5, 3), (1, 2), (2, 1), True)
     _max(t, "max_big_v16", r(3, 32, 33, 33), (3, 3), (2, 2), (0, 0), False)
+    signed = lambda *shape: torch.randint(-2, 2, shape).float()
+    nanr = r(2, 32, 7, 6) - 1
+    nanr[1, 17, 3, 2] = float("nan")
+    nanr[0, 5, 0, 0] = -0.0
+    _max(t, "max_relu_v16", r(2, 32, 15, 15) - 1, (3, 3), (2, 2), (0, 0), False, relu=True)
+    _max(t, "max_relu_small_v16", r(1, 16, 7, 7) - 1, (3, 3), (2, 2), (1, 1), False, relu=True)
+    _max(t, "max_relu_small", r(1, 5, 7, 7) - 1, (3, 2), (2, 1), (0, 1), True, relu=True)
+    _max(t, "max_relu_ties_pad_v16", signed(2, 64, 9, 8), (3, 3), (2, 1), (1, 1), False, relu=True)
+    _max(t, "max_relu_nan_v16", nanr, (3, 3), (2, 2), (1, 1), True, relu=True)
+    _max(t, "max_relu_ties", signed(2, 19, 9, 8), (3, 2), (2, 2), (1, 0), False, relu=True)
+    _max(t, "max_relu_big", r(1, 40, 50, 50) - 1, (3, 3), (2, 2), (1, 1), False, relu=True)
     _avg(t, "avg_2x2", r(2, 8, 8, 8), (2, 2), (2, 2), (0, 0), False, True)
     _avg(t, "avg_alexnet", r(2, 32, 16, 16), (3, 3), (2, 2), (0, 0), False, True)
     _avg(t, "avg_pad_incl", r(2, 19, 7, 6), (3, 3), (2, 2), (1, 1), False, True)

@@ -5,7 +5,8 @@ Each case <name>/<dtype> holds:
   op      int64 [1]: 0 conv2d, 1 max_pool2d, 2 avg_pool2d, 3 adaptive_avg_pool2d, 4 batch_norm
   params  int64: conv2d [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups(, relu)]
           (relu 1: relu(conv2d), nabla's fused conv2d + ReLU);
-          pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad];
+          pools [k_h, k_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad(, relu)]
+          (relu 1: relu(max_pool2d), nabla's nb_max_pool2d_relu);
           adaptive [out_h, out_w]; batch_norm [training(, relu)] (relu 1: relu(batch_norm),
           nabla's nb_batch_norm_relu)
   scalars float64 [momentum, eps] (batch_norm)
@@ -49,14 +50,17 @@ def _conv(t, name, x, w, b, stride, pad, dil, groups, relu=False):
         _store(t, f"{name}/{sfx}", CONV, params, ins, out)
 
 
-def _pool(t, name, op, x, k, s, p, ceil, cip=True):
+def _pool(t, name, op, x, k, s, p, ceil, cip=True, relu=False):
     for dt, sfx in ((torch.float32, "f32"), (torch.float64, "f64")):
         (xi,) = _leaves([x], dt)
         if op == MAXP:
             out = F.max_pool2d(xi, k, s, p, ceil_mode=ceil)
         else:
             out = F.avg_pool2d(xi, k, s, p, ceil_mode=ceil, count_include_pad=cip)
-        _store(t, f"{name}/{sfx}", op, list(k) + list(s) + list(p) + [int(ceil), int(cip)], [xi], out)
+        if relu:
+            out = F.relu(out)
+        params = list(k) + list(s) + list(p) + [int(ceil), int(cip)] + ([1] if relu else [])
+        _store(t, f"{name}/{sfx}", op, params, [xi], out)
 
 
 def _adapt(t, name, x, oh, ow):
@@ -114,6 +118,11 @@ def build():
     # padded planes with a large interior (ResNet's stem pool, and an asymmetric one with ceil mode)
     _pool(t, "max_stem", MAXP, r(2, 2, 16, 15), (3, 3), (2, 2), (1, 1), False)
     _pool(t, "max_pad2_ceil", MAXP, r(1, 2, 13, 17), (5, 3), (1, 2), (2, 1), True)
+    # relu(max_pool2d) (nb_max_pool2d_relu): about half the maxima of shifted data are negative
+    _pool(t, "max_relu_3x3_s2", MAXP, r(2, 3, 11, 9) - 1, (3, 3), (2, 2), (0, 0), False, relu=True)
+    _pool(t, "max_relu_ties_pad", MAXP, torch.randint(-2, 2, (2, 3, 8, 9)).float(), (3, 3), (2, 1), (1, 1),
+          False, relu=True)
+    _pool(t, "max_relu_stem_ceil", MAXP, r(2, 2, 16, 15) - 1, (3, 3), (2, 2), (1, 1), True, relu=True)
     _pool(t, "avg_2x2", AVGP, r(2, 3, 8, 8), (2, 2), (2, 2), (0, 0), False)
     _pool(t, "avg_pad_incl", AVGP, r(2, 3, 7, 6), (3, 3), (2, 2), (1, 1), False, True)
     _pool(t, "avg_pad_excl", AVGP, r(2, 3, 7, 6), (3, 3), (2, 2), (1, 1), False, False)

@@ -16,7 +16,7 @@
 
 typedef struct pool_geom {
     int64_t n, c, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-    bool count_include_pad;
+    bool count_include_pad, relu; /* relu: max's fused ReLU (ops.def) */
 } pool_geom;
 
 static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
@@ -44,7 +44,9 @@ static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
 
 /* Max pooling, one output row at a time: each window's taps are visited in the reference's order
  * (input row, then column) and a tap replaces the running maximum when it is the first, greater,
- * or a NaN over a number, so the first maximum wins and NaN counts as the maximum. The select is
+ * or a NaN over a number, so the first maximum wins and NaN counts as the maximum. With the ReLU
+ * fused, the output is relu's (m < 0 ? 0 : m) and the index -1 where relu's backward gives 0
+ * (m <= 0; a NaN passes, as threshold_backward's). The select is
  * branch-free (bitwise, not short-circuit): on real data the comparison goes either way, and a
  * branch on it mispredicts about every other tap. The columns' clipped windows [xlo, xhi) are
  * computed once per call. */
@@ -67,8 +69,8 @@ static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
                     bi = take ? iy * w + ix : bi;                                                  \
                 }                                                                                  \
             }                                                                                      \
-            yr[ox] = m;                                                                            \
-            ir[ox] = bi;                                                                           \
+            yr[ox] = g->relu && m < 0 ? 0 : m;                                                     \
+            ir[ox] = g->relu && m <= 0 ? -1 : bi;                                                  \
         }                                                                                          \
     }
 
@@ -83,7 +85,7 @@ MAX_ROW(double)
  * vectorises). */
 #define MAX_PLANE(T)                                                                               \
     HOT static void max_plane_##T(const T *xp, const int32_t *base, const int32_t *ypos, int64_t nout, \
-                                  const int32_t *toff, int64_t ntaps, T *y, int64_t *idx)          \
+                                  const int32_t *toff, int64_t ntaps, bool relu, T *y, int64_t *idx) \
     {                                                                                              \
         T m[PLANE_CHUNK];                                                                          \
         int32_t bi[PLANE_CHUNK];                                                                   \
@@ -101,7 +103,10 @@ MAX_ROW(double)
                     bi[i] = take ? j : bi[i];                                                      \
                 }                                                                                  \
             }                                                                                      \
-            for (int64_t i = 0; i < n; i++) y[ypos[c0 + i]] = m[i], idx[ypos[c0 + i]] = bi[i];     \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                y[ypos[c0 + i]] = relu && m[i] < 0 ? 0 : m[i];                                     \
+                idx[ypos[c0 + i]] = relu && m[i] <= 0 ? -1 : bi[i];                                \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -167,7 +172,7 @@ static int64_t max_interior(const pool_geom *g, int64_t *r)
             const T *xp = x + p * g.h * g.w;                                                       \
             T *yp = y + p * nout;                                                                  \
             int64_t *ip = idx + p * nout;                                                          \
-            if (nin) max_plane_##T(xp, base, ypos, nin, toff, g.kh * g.kw, yp, ip);                \
+            if (nin) max_plane_##T(xp, base, ypos, nin, toff, g.kh * g.kw, g.relu, yp, ip);        \
             for (int64_t oy = 0; oy < g.oh; oy++) {                                                \
                 int64_t o = oy * g.ow;                                                             \
                 if (oy < r[0] || oy >= r[1] || !nin) {                                             \
@@ -265,9 +270,12 @@ MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
 /* Max pooling of output pixel (oy, ox) of one image xn, NHWC_CHUNK channels at a time, with the
  * running maxima and their indices (of type I: int32_t where a plane's indices fit) in local
  * arrays: they start at -inf with the first tap's index (what the first tap would set), and a
- * tap replaces them when greater or a NaN over a number. The tap's update is a loop of its own:
- * gcc vectorises it there, not inside the window's loops. */
+ * tap replaces them when greater or a NaN over a number. The index of tap (iy, ix) is jb + iy jr
+ * + ix: the plane index (jb 0, jr w), or with tap set its place in the window (jr kw, jb less the
+ * window corner's), stored as uint8. The fused ReLU as for max_row. The tap's update is a loop of
+ * its own: gcc vectorises it there, not inside the window's loops. */
 #define NHWC_CHUNK 64
+#define NO_TAP 255 /* a uint8 tap index with no gradient (the fused ReLU's zeros) */
 #define MAX_PIX_NHWC(T, I)                                                                         \
     static inline void max_tap_##T##_##I(const T *restrict xt, T *restrict m, I *restrict bi, I j, int64_t nc) \
     {                                                                                              \
@@ -279,20 +287,26 @@ MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
         }                                                                                          \
     }                                                                                              \
     HOT static void max_pix_nhwc_##T##_##I(const pool_geom *g, const T *restrict xn, int64_t oy, int64_t ox, \
-                                           T *restrict yp, int64_t *restrict ip)                    \
+                                           T *restrict yp, void *restrict ip, bool tap)            \
     {                                                                                              \
-        int64_t y0 = oy * g->sh - g->ph, x0 = ox * g->sw - g->pw, c = g->c, w = g->w;              \
-        int64_t y1 = y0 + g->kh < g->h ? y0 + g->kh : g->h, x1 = x0 + g->kw < w ? x0 + g->kw : w;  \
-        y0 = y0 < 0 ? 0 : y0, x0 = x0 < 0 ? 0 : x0;                                                \
+        int64_t wy = oy * g->sh - g->ph, wx = ox * g->sw - g->pw, c = g->c, w = g->w;              \
+        int64_t y1 = wy + g->kh < g->h ? wy + g->kh : g->h, x1 = wx + g->kw < w ? wx + g->kw : w;  \
+        int64_t y0 = wy < 0 ? 0 : wy, x0 = wx < 0 ? 0 : wx;                                        \
+        int64_t jr = tap ? g->kw : w, jb = tap ? -(wy * g->kw + wx) : 0;                           \
         T m[NHWC_CHUNK];                                                                           \
         I bi[NHWC_CHUNK];                                                                          \
         for (int64_t c0 = 0; c0 < c; c0 += NHWC_CHUNK) {                                           \
             int64_t nc = c - c0 < NHWC_CHUNK ? c - c0 : NHWC_CHUNK;                                \
-            for (int64_t i = 0; i < nc; i++) m[i] = (T)-INFINITY, bi[i] = (I)(y0 * w + x0);        \
+            for (int64_t i = 0; i < nc; i++) m[i] = (T)-INFINITY, bi[i] = (I)(jb + y0 * jr + x0);  \
             for (int64_t iy = y0; iy < y1; iy++)                                                   \
                 for (int64_t ix = x0; ix < x1; ix++)                                               \
-                    max_tap_##T##_##I(xn + (iy * w + ix) * c + c0, m, bi, (I)(iy * w + ix), nc);   \
-            for (int64_t i = 0; i < nc; i++) yp[c0 + i] = m[i], ip[c0 + i] = bi[i];                \
+                    max_tap_##T##_##I(xn + (iy * w + ix) * c + c0, m, bi, (I)(jb + iy * jr + ix), nc); \
+            for (int64_t i = 0; i < nc; i++) {                                                     \
+                bool keep = !g->relu || !(m[i] <= 0);                                              \
+                yp[c0 + i] = g->relu && m[i] < 0 ? 0 : m[i];                                       \
+                if (tap) ((uint8_t *)ip)[c0 + i] = keep ? (uint8_t)bi[i] : NO_TAP;                 \
+                else ((int64_t *)ip)[c0 + i] = keep ? bi[i] : -1;                                  \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -317,15 +331,17 @@ MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
     for (int64_t r = 0; r < (g).n * (g).oh; r++)
 
 #define MAX_FWD_NHWC(T)                                                                            \
-    static void max_fwd_nhwc_##T(pool_geom g, const T *x, T *y, int64_t *idx)                     \
+    static void max_fwd_nhwc_##T(pool_geom g, const T *x, T *y, void *idx, bool tap)              \
     {                                                                                              \
-        bool narrow = g.h * g.w <= INT32_MAX;                                                      \
+        bool narrow = tap || g.h * g.w <= INT32_MAX;                                               \
+        size_t isz = tap ? 1 : sizeof(int64_t);                                                    \
         ROWS_NHWC_FOR(g) {                                                                         \
             int64_t n = r / g.oh, oy = r % g.oh, o = r * g.ow * g.c;                               \
             const T *xn = x + n * g.h * g.w * g.c;                                                 \
             for (int64_t ox = 0; ox < g.ow; ox++) {                                                \
-                if (narrow) max_pix_nhwc_##T##_int32_t(&g, xn, oy, ox, y + o + ox * g.c, idx + o + ox * g.c); \
-                else max_pix_nhwc_##T##_int64_t(&g, xn, oy, ox, y + o + ox * g.c, idx + o + ox * g.c); \
+                void *ip = (char *)idx + (size_t)(o + ox * g.c) * isz;                             \
+                if (narrow) max_pix_nhwc_##T##_int32_t(&g, xn, oy, ox, y + o + ox * g.c, ip, tap); \
+                else max_pix_nhwc_##T##_int64_t(&g, xn, oy, ox, y + o + ox * g.c, ip, tap);        \
             }                                                                                      \
         }                                                                                          \
     }
@@ -370,21 +386,33 @@ static cblocks channel_blocks(const pool_geom *g)
     } while (0)
 
 /* Max pooling's backward scatters each output's gradient to its index, per image (or channel
- * block of one): the sums the NCHW loop makes, in the same order (every index is valid: no
- * window is empty). */
+ * block of one): the sums the NCHW loop makes, in the same order (indices -1 and NO_TAP, the
+ * fused ReLU's zeros, take nothing). uint8 taps become plane offsets from the window's corner
+ * through toff (tap t: (t / kw) w + t % kw). */
 #define MAX_BWD_NHWC(T)                                                                            \
-    static void max_bwd_nhwc_##T(pool_geom g, const T *gy, const int64_t *idx, T *gx)             \
+    static void max_bwd_nhwc_##T(pool_geom g, const T *gy, const void *idx, bool tap, T *gx)      \
     {                                                                                              \
         cblocks b = channel_blocks(&g);                                                            \
+        int64_t toff[NO_TAP];                                                                      \
+        for (int64_t t = 0; tap && t < g.kh * g.kw; t++) toff[t] = t / g.kw * g.w + t % g.kw;      \
         BLOCKS_NHWC_FOR(g, b) {                                                                    \
             int64_t n = u / b.nblk, c0 = u % b.nblk * b.blk, c1 = c0 + b.blk < g.c ? c0 + b.blk : g.c; \
             T *gn = gx + n * g.h * g.w * g.c;                                                      \
             ZERO_BLOCK(g, gn, c0, c1);                                                             \
-            for (int64_t o = n * g.oh * g.ow; o < (n + 1) * g.oh * g.ow; o++) {                    \
-                const T *go = gy + o * g.c;                                                        \
-                const int64_t *io = idx + o * g.c;                                                 \
-                for (int64_t ch = c0; ch < c1; ch++) gn[io[ch] * g.c + ch] += go[ch];              \
-            }                                                                                      \
+            for (int64_t oy = 0, o = n * g.oh * g.ow; oy < g.oh; oy++)                             \
+                for (int64_t ox = 0; ox < g.ow; ox++, o++) {                                       \
+                    const T *go = gy + o * g.c;                                                    \
+                    if (tap) {                                                                     \
+                        const uint8_t *io = (const uint8_t *)idx + o * g.c;                        \
+                        int64_t corner = (oy * g.sh - g.ph) * g.w + ox * g.sw - g.pw;              \
+                        for (int64_t ch = c0; ch < c1; ch++)                                       \
+                            if (io[ch] != NO_TAP) gn[(corner + toff[io[ch]]) * g.c + ch] += go[ch]; \
+                    } else {                                                                       \
+                        const int64_t *io = (const int64_t *)idx + o * g.c;                        \
+                        for (int64_t ch = c0; ch < c1; ch++)                                       \
+                            if (io[ch] >= 0) gn[io[ch] * g.c + ch] += go[ch];                      \
+                    }                                                                              \
+                }                                                                                  \
         }                                                                                          \
     }
 
@@ -417,12 +445,14 @@ static cblocks channel_blocks(const pool_geom *g)
 /* Max pooling on channels-last float32 with channels a multiple of 16 (AlexNet-R's 32,
  * ResNet-50's 64), on AVX-512: the same taps in the same order, the running maxima and indices of
  * 16 channels in two registers, so an output pixel is a few instructions per tap rather than the
- * loops above (AlexNet-R's pool1, 1024 x 32 x 32 x 32, is 134 MB in and 87 MB of outputs and
- * indices out: memory-bound once the loops are gone). The backward gathers instead of
- * scattering: each input pixel's gradient is the sum, over the windows that cover it in output
- * order, of the gradients whose index is that pixel; the sums of the scatter (which adds in
- * output order into zeros), bitwise, but gx is written once, with no zeroing pass, and each
- * thread owns input rows. */
+ * loops above. A tap's update waits on the last (compare, mask, select: about 6 cycles), so
+ * NCH = 2 or 4 groups of 16 channels run side by side, and the input rows the next output row
+ * adds are prefetched a row ahead (AlexNet-R's pool2, [1024, 32, 15, 15], 5.9 -> 3.4 ms at 1
+ * thread). The backward gathers instead of scattering: each input pixel's gradient is the sum,
+ * over the windows that cover it in output order, of the gradients whose index is that pixel;
+ * the sums of the scatter (which adds in output order into zeros), bitwise, but gx is written
+ * once, with no zeroing pass, and each thread owns input rows. (Streaming stores for a gx larger
+ * than the last-level cache made AlexNet-R's pool1 slower: 8.3 -> 13 ms.) */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -433,33 +463,79 @@ static bool max_nhwc_vec(const pool_geom *g)
     return g->c % 16 == 0 && g->h * g->w <= INT32_MAX && __builtin_cpu_supports("avx512f");
 }
 
-V512 static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, int64_t *idx)
+/* The channels [c0, c0 + 16 NCH) of one output pixel: the window's taps from xw (its clipped
+ * corner (y0, x0)), rows x cols of them, w pixels a row; tap (iy, ix) of the clipped window has
+ * index j0 + iy jr + ix. Stores the maxima to yp and the indices to ip (uint8 with tap, else
+ * int64), with the fused ReLU as max_row's. */
+#define MAX_PIX_VEC(NCH)                                                                           \
+    V512 static inline void max_pix_vec##NCH(const float *xw, int64_t c, int64_t w, int64_t rows, int64_t cols, \
+                                             int32_t j0, int32_t jr, bool relu, bool tap, float *yp, void *ip, \
+                                             int64_t c0)                                           \
+    {                                                                                              \
+        __m512 m[NCH];                                                                             \
+        __m512i bi[NCH];                                                                           \
+        for (int k = 0; k < NCH; k++) m[k] = _mm512_set1_ps(-INFINITY), bi[k] = _mm512_set1_epi32(j0); \
+        for (int64_t iy = 0; iy < rows; iy++)                                                      \
+            for (int64_t ix = 0; ix < cols; ix++) {                                                \
+                const float *xt = xw + (iy * w + ix) * c + c0;                                     \
+                __m512i j = _mm512_set1_epi32(j0 + (int32_t)(iy * jr + ix));                       \
+                for (int k = 0; k < NCH; k++) {                                                    \
+                    __m512 v = _mm512_loadu_ps(xt + 16 * k);                                       \
+                    __mmask16 take = _mm512_cmp_ps_mask(v, m[k], _CMP_GT_OQ) |                     \
+                                     (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) &                     \
+                                      _mm512_cmp_ps_mask(m[k], m[k], _CMP_ORD_Q));                 \
+                    m[k] = _mm512_mask_mov_ps(m[k], take, v);                                      \
+                    bi[k] = _mm512_mask_mov_epi32(bi[k], take, j);                                 \
+                }                                                                                  \
+            }                                                                                      \
+        for (int k = 0; k < NCH; k++) {                                                            \
+            int64_t ch = c0 + 16 * k;                                                              \
+            if (relu) {                                                                            \
+                __m512 z = _mm512_setzero_ps();                                                    \
+                __mmask16 keep = _mm512_cmp_ps_mask(m[k], z, _CMP_NLE_UQ);                         \
+                bi[k] = _mm512_mask_mov_epi32(_mm512_set1_epi32(tap ? NO_TAP : -1), keep, bi[k]);  \
+                m[k] = _mm512_mask_mov_ps(m[k], _mm512_cmp_ps_mask(m[k], z, _CMP_LT_OQ), z);       \
+            }                                                                                      \
+            _mm512_storeu_ps(yp + ch, m[k]);                                                       \
+            if (tap) {                                                                             \
+                _mm_storeu_si128((__m128i *)((uint8_t *)ip + ch), _mm512_cvtepi32_epi8(bi[k]));    \
+            } else {                                                                               \
+                int64_t *i64 = (int64_t *)ip + ch;                                                 \
+                _mm512_storeu_si512(i64, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi[k])));    \
+                _mm512_storeu_si512(i64 + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi[k], 1))); \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+MAX_PIX_VEC(1)
+MAX_PIX_VEC(2)
+MAX_PIX_VEC(4)
+
+V512 static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, void *idx, bool tap)
 {
-    int64_t c = g.c, w = g.w;
+    int64_t c = g.c, w = g.w, isz = tap ? 1 : (int64_t)sizeof(int64_t);
+    int nch = c % 64 == 0 ? 4 : c % 32 == 0 ? 2 : 1;
     ROWS_NHWC_FOR(g) {
         int64_t n = r / g.oh, oy = r % g.oh;
         const float *xn = x + n * g.h * w * c;
-        int64_t y0 = oy * g.sh - g.ph, y1 = y0 + g.kh < g.h ? y0 + g.kh : g.h;
-        y0 = y0 < 0 ? 0 : y0;
+        int64_t wy = oy * g.sh - g.ph, y1 = wy + g.kh < g.h ? wy + g.kh : g.h, y0 = wy < 0 ? 0 : wy;
         for (int64_t ox = 0; ox < g.ow; ox++) {
-            int64_t x0 = ox * g.sw - g.pw, x1 = x0 + g.kw < w ? x0 + g.kw : w;
-            x0 = x0 < 0 ? 0 : x0;
+            int64_t wx = ox * g.sw - g.pw, x1 = wx + g.kw < w ? wx + g.kw : w, x0 = wx < 0 ? 0 : wx;
+            /* the next output row's new input rows under this window's columns (those the
+             * previous pixel's prefetch left out) */
+            for (int64_t iy = y1; iy < y1 + g.sh && iy < g.h; iy++)
+                for (int64_t ix = ox ? (x1 - g.sw > x0 ? x1 - g.sw : x0) : x0; ix < x1; ix++)
+                    for (int64_t c0 = 0; c0 < c; c0 += 16)
+                        _mm_prefetch((const char *)(xn + (iy * w + ix) * c + c0), _MM_HINT_T0);
+            const float *xw = xn + (y0 * w + x0) * c;
+            int32_t jr = (int32_t)(tap ? g.kw : w);
+            int32_t j0 = (int32_t)(tap ? (y0 - wy) * g.kw + x0 - wx : y0 * w + x0);
             float *yp = y + (r * g.ow + ox) * c;
-            int64_t *ip = idx + (r * g.ow + ox) * c;
-            for (int64_t c0 = 0; c0 < c; c0 += 16) {
-                __m512 m = _mm512_set1_ps(-INFINITY);
-                __m512i bi = _mm512_set1_epi32((int32_t)(y0 * w + x0));
-                for (int64_t iy = y0; iy < y1; iy++)
-                    for (int64_t ix = x0; ix < x1; ix++) {
-                        __m512 v = _mm512_loadu_ps(xn + (iy * w + ix) * c + c0);
-                        __mmask16 take = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) |
-                                         (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q));
-                        m = _mm512_mask_mov_ps(m, take, v);
-                        bi = _mm512_mask_mov_epi32(bi, take, _mm512_set1_epi32((int32_t)(iy * w + ix)));
-                    }
-                _mm512_storeu_ps(yp + c0, m);
-                _mm512_storeu_si512(ip + c0, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi)));
-                _mm512_storeu_si512(ip + c0 + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi, 1)));
+            void *ip = (char *)idx + (r * g.ow + ox) * c * isz;
+            for (int64_t c0 = 0; c0 < c; c0 += 16 * nch) {
+                if (nch == 4) max_pix_vec4(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
+                else if (nch == 2) max_pix_vec2(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
+                else max_pix_vec1(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
             }
         }
     }
@@ -473,32 +549,69 @@ static void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t on, int
     *b = (i + p) / s + 1 < on ? (i + p) / s + 1 : on;
 }
 
+/* The gradient of input pixel (iy, ix), channels [c0, c0 + 16 NCH), to gp: the sum over the
+ * covering outputs [oya, oyb) x [oxa, oxb) of those whose index is the pixel's, NCH groups of 16
+ * channels side by side (the window loops' short, varying trip counts mispredict: once a pixel,
+ * not once a group). TAP: uint8 taps (pixel (iy, ix) is tap (iy - wy) kw + ix - wx of the window
+ * with corner (wy, wx)), else int64. */
+#define GATHER_VEC(NCH, TAP, sfx)                                                                  \
+    V512 static inline void gather##NCH##_##sfx(const pool_geom *g, const float *gyn, const void *idxn, int64_t iy, \
+                                                int64_t ix, const int64_t *ob, int64_t c0, float *gp)  \
+    {                                                                                              \
+        int64_t c = g->c;                                                                          \
+        __m512 acc[NCH];                                                                           \
+        for (int k = 0; k < NCH; k++) acc[k] = _mm512_setzero_ps();                                \
+        for (int64_t oy = ob[0]; oy < ob[1]; oy++)                                                 \
+            for (int64_t ox = ob[2]; ox < ob[3]; ox++) {                                           \
+                int64_t o = (oy * g->ow + ox) * c + c0;                                            \
+                __m512i j = TAP ? _mm512_set1_epi32((int32_t)((iy - oy * g->sh + g->ph) * g->kw + ix - ox * g->sw + g->pw)) \
+                                : _mm512_set1_epi64(iy * g->w + ix);                               \
+                for (int k = 0; k < NCH; k++) {                                                    \
+                    __mmask16 m;                                                                   \
+                    if (TAP) {                                                                     \
+                        __m128i b = _mm_loadu_si128((const __m128i *)((const uint8_t *)idxn + o + 16 * k)); \
+                        m = _mm512_cmpeq_epi32_mask(_mm512_cvtepu8_epi32(b), j);                   \
+                    } else {                                                                       \
+                        const int64_t *i64 = (const int64_t *)idxn + o + 16 * k;                   \
+                        m = (__mmask16)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(i64), j) |      \
+                                        (_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(i64 + 8), j) << 8)); \
+                    }                                                                              \
+                    acc[k] = _mm512_mask_add_ps(acc[k], m, acc[k], _mm512_loadu_ps(gyn + o + 16 * k)); \
+                }                                                                                  \
+            }                                                                                      \
+        for (int k = 0; k < NCH; k++) _mm512_storeu_ps(gp + c0 + 16 * k, acc[k]);                 \
+    }
+
+GATHER_VEC(1, true, tap)
+GATHER_VEC(2, true, tap)
+GATHER_VEC(4, true, tap)
+GATHER_VEC(1, false, i64)
+GATHER_VEC(2, false, i64)
+GATHER_VEC(4, false, i64)
+
 /* cov [2 w]: each input column's covering outputs, made once per call (two divisions a pixel
  * cost as much as the rest of its work). */
-V512 static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const int64_t *idx, float *gx, int64_t *cov)
+V512 static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const void *idx, bool tap, float *gx, int64_t *cov)
 {
-    int64_t c = g.c, w = g.w;
+    int64_t c = g.c, w = g.w, isz = tap ? 1 : (int64_t)sizeof(int64_t);
+    int nch = c % 64 == 0 ? 4 : c % 32 == 0 ? 2 : 1;
     for (int64_t ix = 0; ix < w; ix++) covering(ix, g.kw, g.sw, g.pw, g.ow, &cov[2 * ix], &cov[2 * ix + 1]);
     _Pragma("omp parallel for num_threads(nb_cpu_threads_for(g.planes * g.h * g.w, NB_CPU_GRAIN))")
     for (int64_t r = 0; r < g.n * g.h; r++) {
-        int64_t n = r / g.h, iy = r % g.h, oya, oyb;
-        covering(iy, g.kh, g.sh, g.ph, g.oh, &oya, &oyb);
+        int64_t n = r / g.h, iy = r % g.h, ob[4];
+        covering(iy, g.kh, g.sh, g.ph, g.oh, &ob[0], &ob[1]);
         const float *gyn = gy + n * g.oh * g.ow * c;
-        const int64_t *in = idx + n * g.oh * g.ow * c;
-        float *gxr = gx + r * w * c;
+        const void *idxn = (const char *)idx + n * g.oh * g.ow * c * isz;
         for (int64_t ix = 0; ix < w; ix++) {
-            int64_t oxa = cov[2 * ix], oxb = cov[2 * ix + 1];
-            __m512i j = _mm512_set1_epi64(iy * w + ix);
-            for (int64_t c0 = 0; c0 < c; c0 += 16) {
-                __m512 acc = _mm512_setzero_ps();
-                for (int64_t oy = oya; oy < oyb; oy++)
-                    for (int64_t ox = oxa; ox < oxb; ox++) {
-                        int64_t o = (oy * g.ow + ox) * c + c0;
-                        __mmask16 k = (__mmask16)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(in + o), j) |
-                                                  (_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(in + o + 8), j) << 8));
-                        acc = _mm512_mask_add_ps(acc, k, acc, _mm512_loadu_ps(gyn + o));
-                    }
-                _mm512_storeu_ps(gxr + ix * c + c0, acc);
+            ob[2] = cov[2 * ix], ob[3] = cov[2 * ix + 1];
+            float *gp = gx + (r * w + ix) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += 16 * nch) {
+                if (tap && nch == 4) gather4_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
+                else if (tap && nch == 2) gather2_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
+                else if (tap) gather1_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
+                else if (nch == 4) gather4_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
+                else if (nch == 2) gather2_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
+                else gather1_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
             }
         }
     }
@@ -512,10 +625,13 @@ static bool max_nhwc_vec(const pool_geom *g)
     return false;
 }
 
-static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, int64_t *idx) { (void)g, (void)x, (void)y, (void)idx; }
-static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const int64_t *idx, float *gx, int64_t *cov)
+static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, void *idx, bool tap)
 {
-    (void)g, (void)gy, (void)idx, (void)gx, (void)cov;
+    (void)g, (void)x, (void)y, (void)idx, (void)tap;
+}
+static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const void *idx, bool tap, float *gx, int64_t *cov)
+{
+    (void)g, (void)gy, (void)idx, (void)tap, (void)gx, (void)cov;
 }
 
 #endif
@@ -563,6 +679,17 @@ static nb_status check_nhwc(nb_op op, const nb_kargs *a, bool *cl)
     return NB_OK;
 }
 
+/* Max pooling's indices: int64, or uint8 taps (ops.def) on channels-last with fewer than NO_TAP
+ * taps a window. */
+static nb_status check_index(nb_op op, const pool_geom *g, const nb_tensor *idx, bool cl, bool *tap)
+{
+    *tap = idx->dtype == NB_UINT8;
+    if (idx->dtype != NB_INT64 && !(*tap && cl && g->kh * g->kw < NO_TAP))
+        return nb__err(NB_ERR_INTERNAL, "%s: indices of dtype %s for a %lldx%lld window (%s)", nb__op_name(op),
+                       nb_dtype_name(idx->dtype), (long long)g->kh, (long long)g->kw, cl ? "channels-last" : "contiguous");
+    return NB_OK;
+}
+
 nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
 {
     nb_dtype dt = a->out->dtype;
@@ -575,12 +702,15 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
     switch (op) {
     case NB_OP_MAX_POOL2D: {
         pool_geom g = geom(a->in[0], a->out, a);
+        g.relu = a->flag;
+        bool tap;
+        NB_TRY(check_index(op, &g, a->out2, cl, &tap));
         if (cl && dt == NB_FLOAT32 && max_nhwc_vec(&g)) {
-            max_fwd_nhwc_vec(g, in0, out, (int64_t *)nb__data(a->out2));
+            max_fwd_nhwc_vec(g, in0, out, nb__data(a->out2), tap);
             break;
         }
         if (cl) {
-            CALL(max_fwd_nhwc, g, in0, out, (int64_t *)nb__data(a->out2));
+            CALL(max_fwd_nhwc, g, in0, out, nb__data(a->out2), tap);
             break;
         }
         int64_t r[4];
@@ -592,15 +722,17 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         break;
     }
     case NB_OP_MAX_POOL2D_BACKWARD: {
-        const int64_t *idx = (const int64_t *)nb__data(a->in[1]);
+        const void *idx = nb__data(a->in[1]);
         pool_geom g = geom(a->out, a->in[0], a);
+        bool tap;
+        NB_TRY(check_index(op, &g, a->in[1], cl, &tap));
         if (cl && dt == NB_FLOAT32 && max_nhwc_vec(&g)) {
             int64_t *ox = malloc((size_t)(2 * g.w) * sizeof *ox);
             if (!ox) return nb__err(NB_ERR_OOM, "%s: out of memory (%lld column ranges)", nb__op_name(op), (long long)g.w);
-            max_bwd_nhwc_vec(g, in0, idx, out, ox);
+            max_bwd_nhwc_vec(g, in0, idx, tap, out, ox);
             free(ox);
         } else if (cl)
-            CALL(max_bwd_nhwc, g, in0, idx, out);
+            CALL(max_bwd_nhwc, g, in0, idx, tap, out);
         else CALL(max_bwd, g, in0, idx, out);
         break;
     }
