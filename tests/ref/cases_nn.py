@@ -108,6 +108,9 @@ def build():
     _conv(t, "conv_relu", r(2, 3, 7, 6), r(4, 3, 3, 3), r(4), (1, 1), (1, 1), (1, 1), 1, relu=True)
     _conv(t, "conv_relu_nobias_s2", r(2, 8, 9, 9), r(16, 8, 3, 3), None, (2, 2), (1, 1), (1, 1), 1, relu=True)
     _conv(t, "conv_relu_groups", r(2, 6, 8, 8), r(9, 2, 3, 3), r(9), (1, 1), (1, 1), (1, 1), 3, relu=True)
+    # strided 1x1 (ResNet-50's shortcuts): on channels-last, a stride-1 convolution of the gathered pixels
+    _conv(t, "conv_1x1_s2", r(2, 16, 9, 7), r(32, 16, 1, 1), r(32), (2, 2), (0, 0), (1, 1), 1)
+    _conv(t, "conv_1x1_s2x3_relu", r(2, 5, 8, 10), r(6, 5, 1, 1), None, (2, 3), (0, 0), (1, 1), 1, relu=True)
     _pool(t, "max_3x3_s2", MAXP, r(2, 3, 11, 9), (3, 3), (2, 2), (0, 0), False)
     # ties (small integers): the first maximum in window order wins, which the gradient shows
     _pool(t, "max_ties", MAXP, torch.randint(0, 3, (2, 3, 8, 9)).float(), (3, 2), (2, 2), (0, 0), False)
