@@ -274,6 +274,26 @@ static void test_conv_chain_matches_nchw(void **state)
     nb_scope_end(s);
 }
 
+/* A strided convolution's weight gradient on channels-last activations large enough that its
+ * windows are copied in two pieces (three images of 4,900 windows of 288 values, 1.4 M floats an
+ * image: two images, then one), against the same gradient in float64 on the reference loops. */
+static void test_strided_weight_grad_pieces(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = randn4(3, 32, 140, 140), *w = randn4(8, 32, 3, 3), *g[2];
+    nb_conv2d_params p = {.stride = {2, 2}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    for (int f64 = 0; f64 < 2; f64++) {
+        nb_tensor *xi = NBT_CHECK(nb_contiguous_format(f64 ? NBT_CHECK(nb_to_dtype(x, NB_FLOAT64)) : x, NB_CHANNELS_LAST));
+        nb_tensor *wi = NBT_CHECK(nbt_leaf(f64 ? NBT_CHECK(nb_to_dtype(w, NB_FLOAT64)) : w));
+        nb_tensor *y = NBT_CHECK(nb_conv2d(xi, wi, NULL, &p));
+        assert_true(is_cl(y) && nb_tensor_shape(y)[2] == 70);
+        NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(y, y)), NULL, 0, false)), NULL, NB_BACKWARD_DEFAULT));
+        g[f64] = NBT_CHECK(nb_tensor_grad(wi));
+    }
+    nbt_assert_close(g[0], NBT_CHECK(nb_to_dtype(g[1], NB_FLOAT32)), 1e-4, 1e-2, "strided weight gradient in pieces");
+    nb_scope_end(s);
+}
+
 int main(void)
 {
     /* the conv cases compare with PyTorch's float32 (direct) values element by element; Winograd
@@ -286,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_elementwise_keeps_layout),
         cmocka_unit_test(test_conv_pytorch_cases),
         cmocka_unit_test(test_conv_chain_matches_nchw),
+        cmocka_unit_test(test_strided_weight_grad_pieces),
     };
     return NBT_RUN(tests);
 }

@@ -207,14 +207,9 @@ static bool pointwise_cl(const nb_conv_geom *g)
            g->groups == 1 && g->oh == g->h && g->ow == g->w;
 }
 
-/* gw by the product with x (a->in[1]'s data, or a gathered copy of it); gb (a->out2, may be
- * NULL) as the reduce family's sum of gy over all but its channel dim. */
-static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a, const float *x)
+/* gb (a->out2, may be NULL) as the reduce family's sum of gy over all but its channel dim. */
+static nb_status bias_grad(const nb_kargs *a, int64_t oc)
 {
-    int64_t P = g->n * g->h * g->w, oc = g->oc;
-    const float *gy = ptr(a->in[0]);
-    NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
-                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
     if (!a->out2) return NB_OK;
     nb_tensor *gb = nb__tensor_alias(a->out2, (int64_t[]){1, oc, 1, 1}, (int64_t[]){oc, 1, 1, 1}, 4,
                                      a->out2->offset);
@@ -223,6 +218,16 @@ static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a, con
     nb_status st = nb_cpu_k_reduce(NB_OP_SUM, &k);
     nb__release(gb);
     return st;
+}
+
+/* gw by the product with x (a->in[1]'s data, or a gathered copy of it), and gb. */
+static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a, const float *x)
+{
+    int64_t P = g->n * g->h * g->w, oc = g->oc;
+    const float *gy = ptr(a->in[0]);
+    NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
+                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
+    return bias_grad(a, oc);
 }
 
 /* A 1x1 unpadded ungrouped convolution with a stride > 1 on channels-last activations reads
@@ -280,6 +285,68 @@ static nb_status strided_pointwise_weights(const nb_conv_geom *g, const nb_kargs
     return st;
 }
 
+/* The weight gradient of a strided ungrouped channels-last convolution with more than one tap
+ * and at least 32 input channels as a matrix product: gw [oc, (ky, kx, c)] = gy^T col, col
+ * [pixels, (ky, kx, c)] holding each output pixel's window of x (zeros in the padding), built for
+ * a few images at a time (about COL_FLOATS floats) and summed into by the next product; then
+ * gw's taps and channels swapped into OIHW. oneDNN's kernel for these runs at about half its
+ * forward's rate. ResNet-50's 3x3 stride-2 layers at batch 16, one thread, ms, three alternating
+ * runs each, oneDNN -> this: 128 channels at 56x56 52-59 -> 41-45, 256 at 28x28 52-67 -> 39-43,
+ * 512 at 14x14 77-93 -> 40-43; ResNet-56's 32 -> 64 at 16x16 (batch 128) 5.1-7.2 -> 4.2. With
+ * 16 channels (ResNet-56's 16 -> 32) the windows' copies cost more than the product gains
+ * (4.1-6.6 -> 8.8-10.6), so oneDNN keeps those. */
+#define COL_FLOATS ((int64_t)1 << 22)
+
+static bool strided_windows(const nb_conv_geom *g)
+{
+    return g->cl && g->groups == 1 && (g->sh > 1 || g->sw > 1) && g->kh * g->kw > 1 && g->c >= 32;
+}
+
+static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
+{
+    const char *op = "conv2d_backward_weight";
+    int64_t c = g->c, oc = g->oc, taps = g->kh * g->kw, kc = taps * c, pix = g->oh * g->ow;
+    int64_t per = COL_FLOATS / (pix * kc);
+    per = per < 1 ? 1 : per > g->n ? g->n : per;
+    size_t col_bytes = (size_t)(per * pix * kc) * sizeof(float), gt_bytes = (size_t)(oc * kc) * sizeof(float);
+    float *col = malloc(col_bytes), *gt = malloc(gt_bytes);
+    if (!col || !gt) {
+        free(col), free(gt);
+        return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of windows)", op, col_bytes + gt_bytes);
+    }
+    const float *x = ptr(a->in[1]), *gy = ptr(a->in[0]);
+    nb_status st = NB_OK;
+    for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
+        int64_t nn = g->n - n0 < per ? g->n - n0 : per;
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(nn * pix * kc, NB_CPU_GRAIN))")
+        for (int64_t r = 0; r < nn * g->oh; r++) {
+            int64_t img = n0 + r / g->oh, oy = r % g->oh;
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                float *dst = col + (r * g->ow + ox) * kc;
+                for (int64_t ky = 0; ky < g->kh; ky++) {
+                    int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+                    for (int64_t kx = 0; kx < g->kw; kx++, dst += c) {
+                        int64_t ix = ox * g->sw - g->pw + kx * g->dw;
+                        if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) memset(dst, 0, (size_t)c * sizeof(float));
+                        else memcpy(dst, x + ((img * g->h + iy) * g->w + ix) * c, (size_t)c * sizeof(float));
+                    }
+                }
+            }
+        }
+        st = nb__dnnl_check(op, "dnnl_sgemm", dnnl_sgemm('T', 'N', oc, kc, nn * pix, 1.0f, gy + n0 * pix * oc, oc, col,
+                                                         kc, n0 ? 1.0f : 0.0f, gt, kc));
+    }
+    float *gw = ptr(a->out);
+    if (st == NB_OK) {
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * kc, NB_CPU_GRAIN))")
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t ci = 0; ci < c; ci++) gw[(o * c + ci) * taps + t] = gt[(o * taps + t) * c + ci];
+    }
+    free(col), free(gt);
+    return st == NB_OK ? bias_grad(a, oc) : st;
+}
+
 static nb_status backward_weights(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[1], a->out, a->in[0], a->i0, a->i1);
@@ -295,6 +362,7 @@ static nb_status backward_weights(const nb_kargs *a)
     if (nb__dnnl_enabled() && nb__stem_applies(&g))
         return nb__stem_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled() && strided_pointwise(&g)) return strided_pointwise_weights(&g, a);
+    if (nb__dnnl_enabled() && strided_windows(&g)) return im2col_weights(&g, a);
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
                                               a->flag);
