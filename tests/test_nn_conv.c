@@ -341,6 +341,13 @@ static void test_errors(void **state)
     NBT_FAILS(nb_max_pool2d(x2, k3, NULL, NULL, false) == NULL, NB_ERR_SHAPE, "max_pool2d: expected a 3-D or 4-D",
               NULL);
     NBT_FAILS(nb_avg_pool2d(xi, k3, NULL, NULL, false, true) == NULL, NB_ERR_DTYPE, "avg_pool2d: dtype int64", NULL);
+    NBT_FAILS(nb_max_pool2d_relu(x, k0, NULL, NULL, false) == NULL, NB_ERR_INVALID_ARG, "max_pool2d_relu: kernel size",
+              NULL);
+    NBT_FAILS(nb_max_pool2d_relu(x, k20, NULL, NULL, false) == NULL, NB_ERR_SHAPE, "max_pool2d_relu",
+              "larger than the padded", NULL);
+    NBT_FAILS(nb_max_pool2d_relu(xi, k3, NULL, NULL, false) == NULL, NB_ERR_DTYPE, "max_pool2d_relu: dtype int64",
+              NULL);
+    NBT_FAILS(nb_max_pool2d_relu(NULL, k3, NULL, NULL, false) == NULL, NB_ERR_INVALID_ARG, "max_pool2d_relu", NULL);
     NBT_FAILS(nb_adaptive_avg_pool2d(x, 0, 2) == NULL, NB_ERR_INVALID_ARG, "adaptive_avg_pool2d: output size",
               NULL);
 
