@@ -127,8 +127,8 @@ nb_tensor *nb_max_pool2d(const nb_tensor *x, const int64_t kernel[2], const int6
 }
 
 /* The CPU's kernels apply the ReLU as they store each maximum, and save no index (-1, or 255 for
- * uint8 taps) where it gives no gradient (the maximum not > 0, as relu's backward); elsewhere
- * max_pool2d and relu run as two ops. */
+ * uint8 taps) where it gives no gradient (a maximum <= 0, as relu's backward; a NaN passes);
+ * elsewhere max_pool2d and relu run as two ops. */
 nb_tensor *nb_max_pool2d_relu(const nb_tensor *x, const int64_t kernel[2], const int64_t *stride,
                               const int64_t *padding, bool ceil_mode)
 {

@@ -4,10 +4,10 @@
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
  * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), the
- * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights), 1x1
- * strided ones made stride-1 on a gathered copy of the pixels they read (strided_pointwise), and
- * the weight gradient of channels-last convolutions with 1 to 4 input channels
- * (src/cpu/ops/stem.c); float64,
+ * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights),
+ * strided channels-last ones (1x1 forwards on a gathered copy of the pixels they read, weight
+ * gradients as im2col products: strided_windows), and the weight gradient of channels-last
+ * convolutions with 1 to 4 input channels (src/cpu/ops/stem.c); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
 #include <stdlib.h>
@@ -220,86 +220,79 @@ static nb_status bias_grad(const nb_kargs *a, int64_t oc)
     return st;
 }
 
-/* gw by the product with x (a->in[1]'s data, or a gathered copy of it), and gb. */
-static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a, const float *x)
+/* gw by the product, and gb. */
+static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a)
 {
     int64_t P = g->n * g->h * g->w, oc = g->oc;
-    const float *gy = ptr(a->in[0]);
+    const float *gy = ptr(a->in[0]), *x = ptr(a->in[1]);
     NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
                           dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
     return bias_grad(a, oc);
 }
 
-/* A 1x1 unpadded ungrouped convolution with a stride > 1 on channels-last activations reads
- * pixels (oy sh, ox sw) of x only: copied into a dense [n, oh, ow, c] buffer, they make it a
- * stride-1 convolution (the forward on oneDNN, the weight gradient by pointwise_weights), which
- * runs faster than oneDNN's strided one; the copy is a quarter of x at stride 2. ResNet-50's
- * strided 1x1 layers at batch 16, one thread, ms, the middle of three alternating runs, before
- * -> after: forward 256 -> 512 at 56x56 33.1 -> 34.3, 512 -> 1024 at 28x28 42.3 -> 34.5, 1024 ->
- * 2048 at 14x14 38.5 -> 37.9; weight gradient 37.2 -> 33.5, 36.7 -> 37.1, 43.1 -> 32.9 (about
- * 20 ms a step). The input gradient stays on oneDNN's strided kernel (it writes the zeros
- * between the pixels itself). */
+/* Strided channels-last convolutions. A 1x1 unpadded one reads pixels (oy sh, ox sw) of x
+ * only: copied into a dense [n, oh, ow, c] buffer they make it a stride-1 convolution, which
+ * oneDNN runs faster than its strided one (strided_pointwise_forward; the copy is a quarter of x
+ * at stride 2). The weight gradient of those, and of the ungrouped ones with more than one tap
+ * and at least 32 input channels, is one matrix product: gw [oc, (ky, kx, c)] = gy^T col, col
+ * [pixels, (ky, kx, c)] holding each output pixel's window of x (zeros in the padding), built for
+ * a few images at a time (about COL_FLOATS floats) and summed into by the next product, then
+ * gw's taps and channels swapped into OIHW (im2col_weights). The input gradient stays on oneDNN.
+ *
+ * oneDNN's weight-gradient kernel for these runs at about half its forward's rate. Batch 16, one
+ * thread, ms, before -> after, three alternating runs each (docs/BENCHMARKS.md, session 10):
+ * ResNet-50's strided 1x1 layers, the middle run: forward 256 -> 512 at 56x56 33.1 -> 34.3, 512 ->
+ * 1024 at 28x28 42.3 -> 34.5, 1024 -> 2048 at 14x14 38.5 -> 37.9; weight gradient 37.2 -> 33.5,
+ * 36.7 -> 37.1, 43.1 -> 32.9. Its 3x3 stride-2 layers' weight gradients, the range: 128 channels
+ * at 56x56 52-59 -> 41-45, 256 at 28x28 52-67 -> 39-43, 512 at 14x14 77-93 -> 40-43; ResNet-56's
+ * 32 -> 64 at 16x16 (batch 128) 5.1-7.2 -> 4.2. With 16 channels (ResNet-56's 16 -> 32) the
+ * windows' copies cost more than the product gains (4.1-6.6 -> 8.8-10.6), so oneDNN keeps those. */
+#define COL_FLOATS ((int64_t)1 << 22)
+
 static bool strided_pointwise(const nb_conv_geom *g)
 {
     return g->cl && g->kh == 1 && g->kw == 1 && (g->sh > 1 || g->sw > 1) && g->ph == 0 && g->pw == 0 &&
            g->groups == 1;
 }
 
-/* The pixels g's strided 1x1 convolution reads, into a new buffer (*out, the caller's to free),
- * and the stride-1 geometry over them (*sub). */
-static nb_status gather_pixels(nb_op op, const nb_conv_geom *g, const float *x, float **out, nb_conv_geom *sub)
+static bool strided_windows(const nb_conv_geom *g)
 {
-    int64_t c = g->c, rows = g->n * g->oh;
-    size_t bytes = (size_t)(rows * g->ow * c) * sizeof(float);
-    float *xs = malloc(bytes ? bytes : 1);
-    if (!xs) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes for the strided pixels)", nb__op_name(op), bytes);
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(rows * g->ow * c, NB_CPU_GRAIN))")
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t n = r / g->oh, iy = r % g->oh * g->sh;
-        const float *xr = x + (n * g->h + iy) * g->w * c;
-        for (int64_t ox = 0; ox < g->ow; ox++) memcpy(xs + (r * g->ow + ox) * c, xr + ox * g->sw * c, (size_t)c * sizeof(float));
+    return strided_pointwise(g) ||
+           (g->cl && g->groups == 1 && (g->sh > 1 || g->sw > 1) && g->kh * g->kw > 1 && g->c >= 32);
+}
+
+/* The windows of images [n0, n0 + nn) into col, one row of kh kw c values per output pixel. */
+static void fill_windows(const nb_conv_geom *g, const float *x, int64_t n0, int64_t nn, float *col)
+{
+    int64_t c = g->c, kc = g->kh * g->kw * c;
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(nn * g->oh * g->ow * kc, NB_CPU_GRAIN))")
+    for (int64_t r = 0; r < nn * g->oh; r++) {
+        int64_t img = n0 + r / g->oh, oy = r % g->oh;
+        for (int64_t ox = 0; ox < g->ow; ox++) {
+            float *dst = col + (r * g->ow + ox) * kc;
+            for (int64_t ky = 0; ky < g->kh; ky++) {
+                int64_t iy = oy * g->sh - g->ph + ky * g->dh;
+                for (int64_t kx = 0; kx < g->kw; kx++, dst += c) {
+                    int64_t ix = ox * g->sw - g->pw + kx * g->dw;
+                    if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) memset(dst, 0, (size_t)c * sizeof(float));
+                    else memcpy(dst, x + ((img * g->h + iy) * g->w + ix) * c, (size_t)c * sizeof(float));
+                }
+            }
+        }
     }
-    *sub = *g;
-    sub->h = g->oh, sub->w = g->ow, sub->sh = sub->sw = 1;
-    *out = xs;
-    return NB_OK;
 }
 
 static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs *a)
 {
-    float *xs;
-    nb_conv_geom sub;
-    NB_TRY(gather_pixels(NB_OP_CONV2D, g, ptr(a->in[0]), &xs, &sub));
+    size_t bytes = (size_t)(g->n * g->oh * g->ow * g->c) * sizeof(float);
+    float *xs = malloc(bytes ? bytes : 1);
+    if (!xs) return nb__err(NB_ERR_OOM, "conv2d: out of memory (%zu bytes for the strided pixels)", bytes);
+    fill_windows(g, ptr(a->in[0]), 0, g->n, xs);
+    nb_conv_geom sub = *g;
+    sub.h = g->oh, sub.w = g->ow, sub.sh = sub.sw = 1;
     nb_status st = nb__dnnl_conv_forward(&sub, xs, ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     free(xs);
     return st;
-}
-
-static nb_status strided_pointwise_weights(const nb_conv_geom *g, const nb_kargs *a)
-{
-    float *xs;
-    nb_conv_geom sub;
-    NB_TRY(gather_pixels(NB_OP_CONV2D_BACKWARD_WEIGHT, g, ptr(a->in[1]), &xs, &sub));
-    nb_status st = pointwise_weights(&sub, a, xs);
-    free(xs);
-    return st;
-}
-
-/* The weight gradient of a strided ungrouped channels-last convolution with more than one tap
- * and at least 32 input channels as a matrix product: gw [oc, (ky, kx, c)] = gy^T col, col
- * [pixels, (ky, kx, c)] holding each output pixel's window of x (zeros in the padding), built for
- * a few images at a time (about COL_FLOATS floats) and summed into by the next product; then
- * gw's taps and channels swapped into OIHW. oneDNN's kernel for these runs at about half its
- * forward's rate. ResNet-50's 3x3 stride-2 layers at batch 16, one thread, ms, three alternating
- * runs each, oneDNN -> this: 128 channels at 56x56 52-59 -> 41-45, 256 at 28x28 52-67 -> 39-43,
- * 512 at 14x14 77-93 -> 40-43; ResNet-56's 32 -> 64 at 16x16 (batch 128) 5.1-7.2 -> 4.2. With
- * 16 channels (ResNet-56's 16 -> 32) the windows' copies cost more than the product gains
- * (4.1-6.6 -> 8.8-10.6), so oneDNN keeps those. */
-#define COL_FLOATS ((int64_t)1 << 22)
-
-static bool strided_windows(const nb_conv_geom *g)
-{
-    return g->cl && g->groups == 1 && (g->sh > 1 || g->sw > 1) && g->kh * g->kw > 1 && g->c >= 32;
 }
 
 static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
@@ -318,21 +311,7 @@ static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
     nb_status st = NB_OK;
     for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
         int64_t nn = g->n - n0 < per ? g->n - n0 : per;
-        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(nn * pix * kc, NB_CPU_GRAIN))")
-        for (int64_t r = 0; r < nn * g->oh; r++) {
-            int64_t img = n0 + r / g->oh, oy = r % g->oh;
-            for (int64_t ox = 0; ox < g->ow; ox++) {
-                float *dst = col + (r * g->ow + ox) * kc;
-                for (int64_t ky = 0; ky < g->kh; ky++) {
-                    int64_t iy = oy * g->sh - g->ph + ky * g->dh;
-                    for (int64_t kx = 0; kx < g->kw; kx++, dst += c) {
-                        int64_t ix = ox * g->sw - g->pw + kx * g->dw;
-                        if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) memset(dst, 0, (size_t)c * sizeof(float));
-                        else memcpy(dst, x + ((img * g->h + iy) * g->w + ix) * c, (size_t)c * sizeof(float));
-                    }
-                }
-            }
-        }
+        fill_windows(g, x, n0, nn, col);
         st = nb__dnnl_check(op, "dnnl_sgemm", dnnl_sgemm('T', 'N', oc, kc, nn * pix, 1.0f, gy + n0 * pix * oc, oc, col,
                                                          kc, n0 ? 1.0f : 0.0f, gt, kc));
     }
@@ -358,10 +337,9 @@ static nb_status backward_weights(const nb_kargs *a)
     if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
         return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (nb__dnnl_enabled() && pointwise_cl(&g))
-        return pointwise_weights(&g, a, ptr(a->in[1]));
+        return pointwise_weights(&g, a);
     if (nb__dnnl_enabled() && nb__stem_applies(&g))
         return nb__stem_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
-    if (nb__dnnl_enabled() && strided_pointwise(&g)) return strided_pointwise_weights(&g, a);
     if (nb__dnnl_enabled() && strided_windows(&g)) return im2col_weights(&g, a);
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
