@@ -10,7 +10,6 @@
  * convolutions with 1 to 4 input channels (src/cpu/ops/stem.c); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
-#include <stdlib.h>
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -236,7 +235,8 @@ static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a)
  * at stride 2). The weight gradient of those, and of the ungrouped ones with more than one tap
  * and at least 32 input channels, is one matrix product: gw [oc, (ky, kx, c)] = gy^T col, col
  * [pixels, (ky, kx, c)] holding each output pixel's window of x (zeros in the padding), built for
- * a few images at a time (about COL_FLOATS floats) and summed into by the next product, then
+ * a few images at a time (about COL_FLOATS floats; buffers from the caching allocator, so a
+ * training loop does not fault their pages in every step) and summed into by the next product, then
  * gw's taps and channels swapped into OIHW (im2col_weights). The input gradient stays on oneDNN.
  *
  * oneDNN's weight-gradient kernel for these runs at about half its forward's rate. Batch 16, one
@@ -285,13 +285,13 @@ static void fill_windows(const nb_conv_geom *g, const float *x, int64_t n0, int6
 static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs *a)
 {
     size_t bytes = (size_t)(g->n * g->oh * g->ow * g->c) * sizeof(float);
-    float *xs = malloc(bytes ? bytes : 1);
+    float *xs = nb_cpu_alloc(bytes);
     if (!xs) return nb__err(NB_ERR_OOM, "conv2d: out of memory (%zu bytes for the strided pixels)", bytes);
     fill_windows(g, ptr(a->in[0]), 0, g->n, xs);
     nb_conv_geom sub = *g;
     sub.h = g->oh, sub.w = g->ow, sub.sh = sub.sw = 1;
     nb_status st = nb__dnnl_conv_forward(&sub, xs, ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
-    free(xs);
+    nb_cpu_free(xs, bytes);
     return st;
 }
 
@@ -302,9 +302,9 @@ static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
     int64_t per = COL_FLOATS / (pix * kc);
     per = per < 1 ? 1 : per > g->n ? g->n : per;
     size_t col_bytes = (size_t)(per * pix * kc) * sizeof(float), gt_bytes = (size_t)(oc * kc) * sizeof(float);
-    float *col = malloc(col_bytes), *gt = malloc(gt_bytes);
+    float *col = nb_cpu_alloc(col_bytes), *gt = col ? nb_cpu_alloc(gt_bytes) : NULL;
     if (!col || !gt) {
-        free(col), free(gt);
+        nb_cpu_free(col, col_bytes);
         return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of windows)", op, col_bytes + gt_bytes);
     }
     const float *x = ptr(a->in[1]), *gy = ptr(a->in[0]);
@@ -322,7 +322,8 @@ static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
             for (int64_t t = 0; t < taps; t++)
                 for (int64_t ci = 0; ci < c; ci++) gw[(o * c + ci) * taps + t] = gt[(o * taps + t) * c + ci];
     }
-    free(col), free(gt);
+    nb_cpu_free(col, col_bytes);
+    nb_cpu_free(gt, gt_bytes);
     return st == NB_OK ? bias_grad(a, oc) : st;
 }
 
