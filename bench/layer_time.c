@@ -8,6 +8,11 @@
  *        nabla_layer_time conv [THREADS [REPS [KERNEL]]]
  *          ResNet-50's convolutions at batch 16 (every distinct layer; with KERNEL 1 or 3 only
  *          the stride-2 ones of that kernel), forward, input gradient and weight gradient
+ *        nabla_layer_time bn [THREADS [REPS]]
+ *          ResNet-50's batch norms at batch 16 (every distinct shape), training mode, as
+ *          batch_norm, batch_norm_relu and batch_norm_add_relu, forward and backward, with the
+ *          GB/s of the passes' minimal traffic (forward: x read twice, y written, a residual
+ *          read once; backward: g and x read twice, gx written, the residual's gradient written)
  * Prints, per layer and op, the mean ms per call over REPS (default 5) after one warm-up, and
  * for convolutions the GFLOP/s of the direct algorithm's 2 N OH OW OC C KH KW. The upstream
  * gradient is channels-last ones; one nb_scope per repetition frees what it made. */
@@ -135,10 +140,51 @@ static void time_convs(int reps, int only_kernel)
     }
 }
 
+/* ResNet-50's distinct batch-norm shapes at batch 16: channels, side. */
+static const int64_t RESNET50_BN[][2] = {
+    {64, 112}, {64, 56}, {256, 56}, {128, 56}, {128, 28}, {512, 28},
+    {256, 28}, {256, 14}, {1024, 14}, {512, 14}, {512, 7}, {2048, 7},
+};
+
+static void time_bns(int reps)
+{
+    const int64_t n = 16;
+    const char *forms[3] = {"batch_norm", "batch_norm_relu", "batch_norm_add_relu"};
+    for (size_t l = 0; l < sizeof RESNET50_BN / sizeof RESNET50_BN[0]; l++) {
+        int64_t c = RESNET50_BN[l][0], h = RESNET50_BN[l][1];
+        double mb = (double)(n * c * h * h) * 4 / 1e6;
+        printf("bn %4lld at %3lldx%-3lld (%6.1f MB):", (long long)c, (long long)h, (long long)h, mb);
+        for (int f = 0; f < 3; f++) {
+            nb_scope *outer = nb_scope_begin();
+            nb_tensor *x = cl_randn(n, c, h, h), *res = f == 2 ? cl_randn(n, c, h, h) : NULL;
+            nb_tensor *w = nb_randn((int64_t[]){c}, 1, NULL), *b = nb_randn((int64_t[]){c}, 1, NULL);
+            if (!w || !b) die("randn");
+            nb_tensor *leaves[4] = {x, w, b, res};
+            for (int i = 0; i < (res ? 4 : 3); i++) nb_tensor_set_requires_grad(leaves[i], true);
+            for (int r = 0; r <= reps; r++) {
+                if (r == 1 && nb_profiler_start(NB_PROFILE_HOST) != NB_OK) die("profiler");
+                nb_scope *sc = nb_scope_begin();
+                nb_tensor *y = f == 0   ? nb_batch_norm(x, NULL, NULL, w, b, true, 0.1, 1e-5)
+                               : f == 1 ? nb_batch_norm_relu(x, NULL, NULL, w, b, true, 0.1, 1e-5)
+                                        : nb_batch_norm_add_relu(x, res, NULL, NULL, w, b, true, 0.1, 1e-5);
+                if (!y) die(forms[f]);
+                backward(y, leaves, res ? 4 : 3);
+                nb_scope_end(sc);
+            }
+            nb_profiler_stop();
+            double fwd = ms_per_call("batch_norm"), bwd = ms_per_call("batch_norm_backward");
+            printf("  %s %.2f / %.2f ms (%.0f / %.0f GB/s)", f == 0 ? "plain" : f == 1 ? "relu" : "add_relu", fwd, bwd,
+                   mb * (3 + (f == 2)) / fwd, mb * (5 + (f == 2)) / bwd);
+            nb_scope_end(outer);
+        }
+        printf("\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "pool") && strcmp(argv[1], "conv"))) {
-        fprintf(stderr, "usage: nabla_layer_time pool|conv [THREADS [REPS [KERNEL]]]\n");
+    if (argc < 2 || (strcmp(argv[1], "pool") && strcmp(argv[1], "conv") && strcmp(argv[1], "bn"))) {
+        fprintf(stderr, "usage: nabla_layer_time pool|conv|bn [THREADS [REPS [KERNEL]]]\n");
         return 2;
     }
     int threads = argc > 2 ? atoi(argv[2]) : 1, reps = argc > 3 ? atoi(argv[3]) : 5;
@@ -149,6 +195,7 @@ int main(int argc, char **argv)
     }
     printf("# nabla_layer_time %s, %d thread(s), mean of %d after 1 warm-up\n", argv[1], threads, reps);
     if (!strcmp(argv[1], "pool")) time_pools(reps);
+    else if (!strcmp(argv[1], "bn")) time_bns(reps);
     else time_convs(reps, only);
     return 0;
 }
