@@ -2,7 +2,8 @@
  * PyTorch's values (the 4-D batch_norm cases of tests/ref/cases_nn.py with the inputs made
  * channels-last, upstream gradients in both layouts); plain loops in double over shapes with
  * several row blocks, channel counts that are no multiple of a vector and row counts that are no
- * multiple of four; finite differences in float64; the layout of the output and of the input
+ * multiple of four, and over shapes that take the float32 AVX-512 loops (C a multiple of 16, the
+ * sums in registers and in memory, streaming stores); finite differences in float64; the layout of the output and of the input
  * gradient; results bit for bit the same at 1 and 2 threads; the shapes where channels-last
  * and contiguous coincide (C = 1, H = W = 1); and nb_batch_norm_relu (PyTorch's relu(batch_norm)
  * among the reference cases, and bit for bit the two ops it fuses, in both layouts). */
@@ -254,11 +255,15 @@ static void check_vs_loops(const int64_t *shape, nb_dtype dt, bool training, boo
 }
 
 /* Shapes: tiny (30 rows, two left after the four-row steps), one block with an odd C, several
- * blocks with C = 33, the block cap (64) reached with uneven blocks, and a wide C. */
+ * blocks with C = 33, the block cap (64) reached with uneven blocks, and a wide C. Then the
+ * float32 AVX-512 loops' (C a multiple of 16): sums in registers (C = 16, 64, 128) and in memory
+ * (48, 272), row counts no multiple of their 16-row steps, and an output of 4 MB (written with
+ * streaming stores). */
 static void test_vs_loops(void **state)
 {
-    static const int64_t shapes[][4] = {{2, 8, 3, 5}, {3, 5, 7, 9}, {4, 33, 31, 17}, {4, 24, 110, 110},
-                                        {2, 130, 9, 7}};
+    static const int64_t shapes[][4] = {{2, 8, 3, 5},     {3, 5, 7, 9},      {4, 33, 31, 17}, {4, 24, 110, 110},
+                                        {2, 130, 9, 7},   {3, 16, 13, 11},   {2, 64, 31, 17}, {2, 128, 9, 7},
+                                        {2, 48, 23, 21},  {1, 272, 15, 13},  {4, 64, 64, 64}};
     nb_manual_seed(11);
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         for (int dt = 0; dt < 2; dt++)
@@ -325,13 +330,13 @@ static void test_gradcheck(void **state)
 /* ---- thread counts --------------------------------------------------------------------------- */
 
 /* Everything batch_norm gives (output, running statistics, the three gradients), float32
- * training on a shape of many row blocks, run at 1 and 2 threads: the same bits. */
-static void test_thread_counts(void **state)
+ * training on shapes of many row blocks (C = 24, and C = 64 for the AVX-512 loops, with their
+ * streaming stores), run at 1 and 2 threads: the same bits. */
+static void thread_counts(const int64_t *shape)
 {
     nb_scope *sc = nb_scope_begin();
     int prev = nb_get_num_threads();
-    nb_manual_seed(14);
-    int64_t shape[4] = {4, 24, 110, 110}, cs[1] = {24};
+    int64_t cs[1] = {shape[1]};
     nb_tensor *x = to_cl(NBT_CHECK(nb_add_scalar(nb_randn(shape, 4, NULL), 1)));
     nb_tensor *g = to_cl(NBT_CHECK(nb_randn(shape, 4, NULL)));
     nb_tensor *w = NBT_CHECK(nb_randn(cs, 1, NULL)), *b = NBT_CHECK(nb_randn(cs, 1, NULL)), *res[2][6];
@@ -350,20 +355,27 @@ static void test_thread_counts(void **state)
     nb_scope_end(sc);
 }
 
+static void test_thread_counts(void **state)
+{
+    nb_manual_seed(14);
+    thread_counts((int64_t[]){4, 24, 110, 110});
+    thread_counts((int64_t[]){4, 64, 64, 64});
+}
+
 /* ---- the fused ReLU ----------------------------------------------------------------------- */
 
 /* nb_batch_norm_relu against nb_relu(nb_batch_norm(...)), and nb_batch_norm_add_relu against
  * nb_relu(nb_add(nb_batch_norm(...), r)), on the same data: the output, the running statistics
  * and the gradients (x, weight, bias and the residual's) the same bits, in both layouts, float32
  * and float64, training and evaluation (the fused backward recomputes the ReLU's mask from x
- * (and r) and sums in the plain kernels' order). The shape has many row blocks, a channel count
- * that is no multiple of a vector and, channels-last, a row count that is no multiple of four; x
- * is centred so that about half of the values are clipped. The residual is made in the other
+ * (and r) and sums in the plain kernels' order). The first shape has many row blocks, a channel
+ * count that is no multiple of a vector and, channels-last, a row count that is no multiple of
+ * four; the other two take the float32 AVX-512 loops (C = 32 and 48). x is centred so that
+ * about half of the values are clipped. The residual is made in the other
  * layout in half of the runs (the fused op lays it out as x). */
-static void test_relu_fused_bitwise(void **state)
+static void relu_fused_bitwise(const int64_t *shape)
 {
-    nb_manual_seed(15);
-    int64_t shape[4] = {3, 19, 37, 31}, cs[1] = {19};
+    int64_t cs[1] = {shape[1]};
     int runs = 0;
     for (int mode = 0; mode < 24; mode++) {
         nb_scope *sc = nb_scope_begin();
@@ -411,6 +423,14 @@ static void test_relu_fused_bitwise(void **state)
         nb_scope_end(sc);
     }
     assert_int_equal(runs, 24);
+}
+
+static void test_relu_fused_bitwise(void **state)
+{
+    nb_manual_seed(15);
+    relu_fused_bitwise((int64_t[]){3, 19, 37, 31});
+    relu_fused_bitwise((int64_t[]){3, 32, 37, 31}); /* the AVX-512 loops, sums in registers */
+    relu_fused_bitwise((int64_t[]){2, 48, 37, 31}); /* and in memory */
 }
 
 int main(void)

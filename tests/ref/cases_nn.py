@@ -154,4 +154,9 @@ def build():
     _bn(t, "bn_add_relu_eval_4d", r(4, 3, 5, 6), False, relu=True, residual=r(4, 3, 5, 6))
     _bn(t, "bn_add_relu_train_offset", r(3, 4, 9, 11) * 3 + 50, True, relu=True, residual=r(3, 4, 9, 11) - 0.5)
     _bn(t, "bn_add_relu_train_noaffine", r(4, 3, 2, 2), True, affine=False, relu=True, residual=r(4, 3, 2, 2))
+    # C a multiple of 16: nabla's float32 AVX-512 loops on channels-last (the sums in registers
+    # for C = 16 and 32, in memory for 48; 126, 105 and 180 rows: no multiple of their 16-row steps)
+    _bn(t, "bn_train_c16", r(2, 16, 7, 9) * 2 + 1, True)
+    _bn(t, "bn_relu_train_c48_offset", r(3, 48, 5, 7) * 3 + 50, True, relu=True)
+    _bn(t, "bn_add_relu_train_c32", r(2, 32, 9, 10) * 2 + 1, True, relu=True, residual=r(2, 32, 9, 10) - 0.5)
     return t
