@@ -111,6 +111,10 @@ def build():
     # strided 1x1 (ResNet-50's shortcuts): on channels-last, a stride-1 convolution of the gathered pixels
     _conv(t, "conv_1x1_s2", r(2, 16, 9, 7), r(32, 16, 1, 1), r(32), (2, 2), (0, 0), (1, 1), 1)
     _conv(t, "conv_1x1_s2x3_relu", r(2, 5, 8, 10), r(6, 5, 1, 1), None, (2, 3), (0, 0), (1, 1), 1, relu=True)
+    # 1x1 with fewer input than output channels and no bias: on channels-last, one matrix product
+    # (stride 1, and stride 2 on the gathered pixels)
+    _conv(t, "conv_1x1_expand", r(3, 8, 5, 6), r(24, 8, 1, 1), None, (1, 1), (0, 0), (1, 1), 1)
+    _conv(t, "conv_1x1_s2_expand", r(2, 16, 9, 7), r(48, 16, 1, 1), None, (2, 2), (0, 0), (1, 1), 1)
     # strided, several taps, 32 channels: on channels-last the weight gradient is a product of windows
     _conv(t, "conv_s2_c32", r(2, 32, 9, 8), r(16, 32, 3, 3), r(16), (2, 2), (1, 1), (1, 1), 1)
     _conv(t, "conv_s2x3_dil_c32", r(1, 32, 11, 10), r(8, 32, 3, 2), None, (2, 3), (1, 0), (2, 1), 1)

@@ -4,7 +4,8 @@
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
  * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), the
- * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights),
+ * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights), as is
+ * their forward with fewer input than output channels and no bias or ReLU (pointwise_product),
  * strided channels-last ones (1x1 forwards on a gathered copy of the pixels they read, weight
  * gradients as im2col products: strided_windows), and the weight gradient of channels-last
  * convolutions with 1 to 4 input channels (src/cpu/ops/stem.c); float64,
@@ -154,6 +155,9 @@ RELU_INPLACE(double)
 
 static bool strided_pointwise(const nb_conv_geom *g);
 static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs *a);
+static bool pointwise_cl(const nb_conv_geom *g);
+static bool pointwise_gemm_forward(const nb_conv_geom *g, const nb_kargs *a);
+static nb_status pointwise_product(const nb_conv_geom *g, const float *x, const nb_kargs *a);
 
 /* flag: the fused ReLU (a oneDNN post-op, or a pass after the reference loops). */
 static nb_status forward(const nb_kargs *a)
@@ -169,6 +173,8 @@ static nb_status forward(const nb_kargs *a)
     if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
         return nb__wino5_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     if (nb__dnnl_enabled() && strided_pointwise(&g)) return strided_pointwise_forward(&g, a);
+    if (nb__dnnl_enabled() && pointwise_cl(&g) && pointwise_gemm_forward(&g, a))
+        return pointwise_product(&g, ptr(a->in[0]), a);
     if (nb__dnnl_enabled())
         return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
@@ -205,6 +211,29 @@ static bool pointwise_cl(const nb_conv_geom *g)
     return g->cl && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
            g->groups == 1 && g->oh == g->h && g->ow == g->w;
 }
+
+/* The forward of such a convolution is y [P, oc] = x w^T (w [oc, c]). With fewer input than
+ * output channels (ResNet-50's expanding 1x1 layers, stride 1, or strided on the gathered pixels
+ * below), and no bias or fused ReLU to apply, oneDNN's sgemm runs it faster than its 1x1
+ * convolution; the contracting ones are as fast or faster on the convolution. Batch 16, ms,
+ * convolution -> sgemm, three alternating runs each (`nabla_layer_time conv THREADS 3`, docs/
+ * BENCHMARKS.md, session 11), 1 thread: 64 -> 256 at 56x56 17.8-25.8 -> 16.9-19.0; 512 -> 2048 at
+ * 7x7 17.4-19.4 -> 15.1-15.8; 1024 -> 2048 at 14x14, stride 2, 38.2-39.4 -> 31.1-32.3; 2 threads:
+ * 64 -> 256 11.1-12.2 -> 8.7-11.6, 256 -> 1024 at 14x14 8.4-9.0 -> 7.9-8.5. */
+static bool pointwise_gemm_forward(const nb_conv_geom *g, const nb_kargs *a)
+{
+    return g->c < g->oc && !a->in[2] && !a->flag;
+}
+
+/* y = x w^T over the n h w pixels of g (x channels-last, possibly the gathered pixels). */
+static nb_status pointwise_product(const nb_conv_geom *g, const float *x, const nb_kargs *a)
+{
+    int64_t P = g->n * g->h * g->w;
+    return nb__dnnl_check("conv2d", "dnnl_sgemm",
+                          dnnl_sgemm('N', 'T', P, g->oc, g->c, 1.0f, x, g->c, ptr(a->in[1]), g->c, 0.0f,
+                                     ptr(a->out), g->oc));
+}
+
 
 /* gb (a->out2, may be NULL) as the reduce family's sum of gy over all but its channel dim. */
 static nb_status bias_grad(const nb_kargs *a, int64_t oc)
@@ -290,7 +319,9 @@ static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs
     fill_windows(g, ptr(a->in[0]), 0, g->n, xs);
     nb_conv_geom sub = *g;
     sub.h = g->oh, sub.w = g->ow, sub.sh = sub.sw = 1;
-    nb_status st = nb__dnnl_conv_forward(&sub, xs, ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
+    nb_status st = pointwise_gemm_forward(&sub, a)
+                       ? pointwise_product(&sub, xs, a)
+                       : nb__dnnl_conv_forward(&sub, xs, ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     nb_cpu_free(xs, bytes);
     return st;
 }
