@@ -115,6 +115,8 @@ def build():
     # (stride 1, and stride 2 on the gathered pixels)
     _conv(t, "conv_1x1_expand", r(3, 8, 5, 6), r(24, 8, 1, 1), None, (1, 1), (0, 0), (1, 1), 1)
     _conv(t, "conv_1x1_s2_expand", r(2, 16, 9, 7), r(48, 16, 1, 1), None, (2, 2), (0, 0), (1, 1), 1)
+    # and with more input than output channels: its input gradient is one matrix product
+    _conv(t, "conv_1x1_contract", r(3, 24, 5, 6), r(8, 24, 1, 1), r(8), (1, 1), (0, 0), (1, 1), 1)
     # strided, several taps, 32 channels: on channels-last the weight gradient is a product of windows
     _conv(t, "conv_s2_c32", r(2, 32, 9, 8), r(16, 32, 3, 3), r(16), (2, 2), (1, 1), (1, 1), 1)
     _conv(t, "conv_s2x3_dil_c32", r(1, 32, 11, 10), r(8, 32, 3, 2), None, (2, 3), (1, 0), (2, 1), 1)
