@@ -3,10 +3,11 @@
  * channels-last, upstream gradients in both layouts); plain loops in double over shapes with
  * several row blocks, channel counts that are no multiple of a vector and row counts that are no
  * multiple of four, and over shapes that take the float32 AVX-512 loops (C a multiple of 16, the
- * sums in registers and in memory, streaming stores); finite differences in float64; the layout of the output and of the input
- * gradient; results bit for bit the same at 1 and 2 threads; the shapes where channels-last
- * and contiguous coincide (C = 1, H = W = 1); and nb_batch_norm_relu (PyTorch's relu(batch_norm)
- * among the reference cases, and bit for bit the two ops it fuses, in both layouts). */
+ * sums in registers and in memory, streaming stores); finite differences in float64; the layout of
+ * the output and of the input gradient; results bit for bit the same at 1 and 2 threads; the
+ * shapes where channels-last and contiguous coincide (C = 1, H = W = 1); and nb_batch_norm_relu
+ * (PyTorch's relu(batch_norm) among the reference cases, and bit for bit the two ops it fuses, in
+ * both layouts). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,11 +3,12 @@
  * double over fixed lanes), or on a channels-last x viewed as a row-major [M = N*H*W, C] matrix
  * (rows split into blocks, each block's per-channel sums in double, the blocks added in order;
  * float32 with C a multiple of 16 on AVX-512 reads the rows in order, each block's sums in float
- * 16 rows at a time, and streams large outputs: see CL_VEC). Both are vectorised and give results that do not depend on the thread count. BATCH_NORM with i0
- * set is the running statistics' update (bn_running). i1 set fuses a ReLU into both directions
- * (nb_batch_norm_relu): stats then has two more rows, the forward's coefficients; with a
- * residual r in in[3] (nb_batch_norm_add_relu) the ReLU is applied to bn(x) + r, and the backward
- * writes the gradient that reaches r into out3 and goes on from it as the plain backward. */
+ * 16 rows at a time, and streams large outputs: see CL_VEC). Both are vectorised and give results
+ * that do not depend on the thread count. BATCH_NORM with i0 set is the running statistics' update
+ * (bn_running). i1 set fuses a ReLU into both directions (nb_batch_norm_relu): stats then has two
+ * more rows, the forward's coefficients; with a residual r in in[3] (nb_batch_norm_add_relu) the
+ * ReLU is applied to bn(x) + r, and the backward writes the gradient that reaches r into out3 and
+ * goes on from it as the plain backward. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,7 +353,7 @@ BOTH_TYPES(AFFINE2_CL, affine2_relu_cl, KEEP_RELU)
  * alone runs at 25-33 GB/s: they read rows four at a time (four streams, which this machine's
  * prefetchers follow badly) and load and store the double sums every four rows. These read every
  * tensor row after row, the rows' sums in float over CL_VEC_ROWS rows at a time, added into the
- * double sums of the block after each: up to CL_VEC_REG channels they stay in registers, beyond
+ * double sums of the block after each: for 16, 32, 64 or 128 channels they stay in registers, else
  * in a float row on the stack (loaded and stored each row, which still beat splitting the rows
  * between passes over channel groups: 17-20 against 10-12 GB/s at 256 channels). Every input is
  * prefetched CL_VEC_AHEAD bytes ahead, and outputs of CL_VEC_STREAM bytes or more are written
@@ -381,7 +382,6 @@ typedef struct cl_vec_in {
 #define V512 __attribute__((target("avx512f")))
 #define VINLINE V512 __attribute__((always_inline)) static inline
 #define CL_VEC_ROWS 16
-#define CL_VEC_REG 128
 #define CL_VEC_MAX 4096
 #define CL_VEC_AHEAD 2048
 #define CL_VEC_STREAM ((int64_t)4 << 20)
@@ -469,7 +469,8 @@ VINLINE void sums_mem(int mode, const cl_vec_in *in, int64_t r0, int64_t r1, int
                 _mm512_store_ps(fq + j, _mm512_fmadd_ps(v, w, _mm512_load_ps(fq + j)));
             }
         }
-        for (int64_t j = 0; j < c; j += 16) add_to_double(s + j, _mm512_load_ps(fs + j)), add_to_double(q + j, _mm512_load_ps(fq + j));
+        for (int64_t j = 0; j < c; j += 16)
+            add_to_double(s + j, _mm512_load_ps(fs + j)), add_to_double(q + j, _mm512_load_ps(fq + j));
     }
 }
 
@@ -488,7 +489,6 @@ SUMS_MODE(SUMS_DEV, vec_sums_dev)
 SUMS_MODE(SUMS_GRAD, vec_sums_grad)
 SUMS_MODE(SUMS_RELU, vec_sums_relu)
 SUMS_MODE(SUMS_RES, vec_sums_res)
-
 
 /* 16 results to y + e: a streaming store when stream (y + e then 64-byte aligned). */
 VINLINE void put(float *y, int64_t e, __m512 v, bool stream)
@@ -775,7 +775,8 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 cl_share(nblk, m, &r0, &r1);                                                       \
                 for (int64_t hi = r1; hi > r0; hi -= piece) {                                      \
                     int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;              \
-                    if (cl_vec_affine2(vec, r ? SUMS_GRAD : mode, r ? &vres : &vin, lo, hi, c_count, ta, tb, tc, gx, stream)) \
+                    if (cl_vec_affine2(vec, r ? SUMS_GRAD : mode, r ? &vres : &vin, lo, hi, c_count, ta, tb, tc, \
+                                       gx, stream))                                                \
                         continue;                                                                  \
                     if (r)                                                                         \
                         affine2_cl_##T(gr + o, x + o, hi - lo, c_count, ta, tb, tc, NULL, NULL, gx + o); \

@@ -237,7 +237,6 @@ static nb_status pointwise_product(const nb_conv_geom *g, const float *x, const 
                                      ptr(a->out), g->oc));
 }
 
-
 /* The input gradient gx [P, c] = gy w, the same product the other way: where it widens the
  * channels (fewer output than input channels: the contracting 1x1 layers), sgemm again beats the
  * convolution. Batch 16, ms, as above, 1 thread: 256 -> 64 at 56x56 19.6-22.9 -> 17.4-17.5; 512
