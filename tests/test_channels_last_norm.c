@@ -63,7 +63,7 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
     NBT_OK(nb_tensor_read(NBT_CHECK(nbt_ref(m, name, "scalars")), scalars, sizeof scalars));
     /* the residual (nb_batch_norm_add_relu) comes after x, weight and bias; made channels-last
      * when the upstream gradient is not (the op lays it out as x in either case) */
-    int ri = params[1] ? (int)params[2] : 0;
+    int ri = (int)params[2];
     bool affine = nbt_ref(m, name, ri == 1 ? "in2" : "in1") != NULL;
     nb_tensor *x = leaf_of(to_cl(NBT_CHECK(nbt_ref(m, name, "in0"))));
     nb_tensor *w = affine ? leaf_of(NBT_CHECK(nb_clone(nbt_ref(m, name, "in1")))) : NULL;
@@ -75,7 +75,8 @@ static void run_ref_case(const nb_tensor_map *m, const char *name, bool gout_cl)
         r = leaf_of(gout_cl ? NBT_CHECK(nb_clone(r0)) : to_cl(r0));
     }
     nb_tensor *rm = NBT_CHECK(nb_clone(nbt_ref(m, name, "rm"))), *rv = NBT_CHECK(nb_clone(nbt_ref(m, name, "rv")));
-    nb_tensor *y = NBT_CHECK(r ? nb_batch_norm_add_relu(x, r, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1])
+    nb_tensor *y = NBT_CHECK(r ? (params[1] ? nb_batch_norm_add_relu : nb_batch_norm_add)(
+                                     x, r, rm, rv, w, b, params[0] != 0, scalars[0], scalars[1])
                                : (params[1] ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, params[0] != 0,
                                                                                   scalars[0], scalars[1]));
     double rtol, atol;
@@ -372,13 +373,14 @@ static void test_thread_counts(void **state)
  * (and r) and sums in the plain kernels' order). The first shape has many row blocks, a channel
  * count that is no multiple of a vector and, channels-last, a row count that is no multiple of
  * four; the other two take the float32 AVX-512 loops (C = 32 and 48). x is centred so that
- * about half of the values are clipped. The residual is made in the other
- * layout in half of the runs (the fused op lays it out as x). */
-static void relu_fused_bitwise(const int64_t *shape)
+ * about half of the values are clipped. The residual is made in the other layout in half of the
+ * runs (the fused op lays it out as x). Without relu: nb_batch_norm_add against nb_add(
+ * nb_batch_norm(...), r), the residual's runs only. */
+static void relu_fused_bitwise(const int64_t *shape, bool relu)
 {
     int64_t cs[1] = {shape[1]};
     int runs = 0;
-    for (int mode = 0; mode < 24; mode++) {
+    for (int mode = relu ? 0 : 8; mode < 24; mode++) {
         nb_scope *sc = nb_scope_begin();
         bool cl = mode & 1, training = mode & 2, residual = mode >= 8, other_layout = mode >= 16;
         nb_tensor_params p = nb_tensor_params_default();
@@ -394,14 +396,15 @@ static void relu_fused_bitwise(const int64_t *shape)
             res[fused][1] = NBT_CHECK(nb_clone(rm));
             res[fused][2] = NBT_CHECK(nb_clone(rv));
             if (fused && r)
-                res[fused][0] = nb_batch_norm_add_relu(l[0], l[3], res[fused][1], res[fused][2], l[1], l[2], training,
-                                                       MOMENTUM, EPS);
+                res[fused][0] = (relu ? nb_batch_norm_add_relu : nb_batch_norm_add)(
+                    l[0], l[3], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM, EPS);
             else if (fused)
                 res[fused][0] = nb_batch_norm_relu(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM,
                                                    EPS);
             else {
                 nb_tensor *y = nb_batch_norm(l[0], res[fused][1], res[fused][2], l[1], l[2], training, MOMENTUM, EPS);
-                res[fused][0] = nb_relu(r ? nb_add(y, l[3]) : y);
+                y = r ? nb_add(y, l[3]) : y;
+                res[fused][0] = relu ? nb_relu(y) : y;
             }
             NBT_CHECK(res[fused][0]);
             if (cl) assert_cl(res[fused][0], "the fused op's output");
@@ -413,25 +416,29 @@ static void relu_fused_bitwise(const int64_t *shape)
         res[0][7] = NBT_CHECK(nb_sum(nb_to_dtype(nb_gt_scalar(res[0][0], 0), NB_FLOAT64), NULL, 0, false));
         double kept;
         NBT_OK(nb_item(res[0][7], &kept));
-        assert_true(kept > 0.3 * (double)nb_tensor_numel(x) && kept < 0.7 * (double)nb_tensor_numel(x));
+        assert_true(!relu || (kept > 0.3 * (double)nb_tensor_numel(x) && kept < 0.7 * (double)nb_tensor_numel(x)));
         char what[160];
-        snprintf(what, sizeof what, "%s against %s (%s, %s, %s%s)", r ? "batch_norm_add_relu" : "batch_norm_relu",
-                 r ? "relu(batch_norm + r)" : "relu(batch_norm)", cl ? "channels-last" : "contiguous",
+        snprintf(what, sizeof what, "%s against %s (%s, %s, %s%s)",
+                 r ? (relu ? "batch_norm_add_relu" : "batch_norm_add") : "batch_norm_relu",
+                 r ? (relu ? "relu(batch_norm + r)" : "batch_norm + r") : "relu(batch_norm)",
+                 cl ? "channels-last" : "contiguous",
                  training ? "training" : "evaluation", nb_dtype_name(nb_tensor_dtype(x)),
                  other_layout ? ", r in the other layout" : "");
         for (int k = 0; k < (r ? 7 : 6); k++) nbt_assert_close(res[1][k], res[0][k], 0, 0, what);
         runs++;
         nb_scope_end(sc);
     }
-    assert_int_equal(runs, 24);
+    assert_int_equal(runs, relu ? 24 : 16);
 }
 
 static void test_relu_fused_bitwise(void **state)
 {
     nb_manual_seed(15);
-    relu_fused_bitwise((int64_t[]){3, 19, 37, 31});
-    relu_fused_bitwise((int64_t[]){3, 32, 37, 31}); /* the AVX-512 loops, sums in registers */
-    relu_fused_bitwise((int64_t[]){2, 48, 37, 31}); /* and in memory */
+    for (int relu = 1; relu >= 0; relu--) { /* then nb_batch_norm_add against batch_norm + r */
+        relu_fused_bitwise((int64_t[]){3, 19, 37, 31}, relu);
+        relu_fused_bitwise((int64_t[]){3, 32, 37, 31}, relu); /* the AVX-512 loops, sums in registers */
+        relu_fused_bitwise((int64_t[]){2, 48, 37, 31}, relu); /* and in memory */
+    }
 }
 
 int main(void)

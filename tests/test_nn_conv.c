@@ -34,9 +34,11 @@ static nb_tensor *apply(const spec *s, nb_tensor *const *x)
     case OP_ADAPT: return nb_adaptive_avg_pool2d(x[0], p[0], p[1]);
     default: {
         /* p: training, relu, the residual's input index (0: none; after weight and bias) */
-        int64_t ri = p[1] ? p[2] : 0, np = s->n - (ri ? 1 : 0);
+        int64_t ri = p[2], np = s->n - (ri ? 1 : 0);
         nb_tensor *w = np > 1 ? x[1] : NULL, *b = np > 2 ? x[2] : NULL;
-        if (ri) return nb_batch_norm_add_relu(x[0], x[ri], s->rm, s->rv, w, b, p[0], s->momentum, s->eps);
+        if (ri)
+            return (p[1] ? nb_batch_norm_add_relu : nb_batch_norm_add)(x[0], x[ri], s->rm, s->rv, w, b, p[0],
+                                                                       s->momentum, s->eps);
         return (p[1] ? nb_batch_norm_relu : nb_batch_norm)(x[0], s->rm, s->rv, w, b, p[0], s->momentum, s->eps);
     }
     }
@@ -370,6 +372,12 @@ static void test_errors(void **state)
               "batch_norm_add_relu: residual must not be NULL", NULL);
     NBT_FAILS(nb_batch_norm_add_relu(x, c4, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE, "add",
               "[4]", NULL);
+    NBT_FAILS(nb_batch_norm_add(x, x, c4, c3, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE,
+              "batch_norm_add: running_mean [4]", NULL);
+    NBT_FAILS(nb_batch_norm_add(x, NULL, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_INVALID_ARG,
+              "batch_norm_add: residual must not be NULL", NULL);
+    NBT_FAILS(nb_batch_norm_add(x, c4, NULL, NULL, NULL, NULL, true, 0.1, 1e-5) == NULL, NB_ERR_SHAPE, "add", "[4]",
+              NULL);
     nb_scope_end(sc);
 }
 

@@ -70,6 +70,13 @@ NB_API nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *re
                                          nb_tensor *running_mean, nb_tensor *running_var,
                                          const nb_tensor *weight, const nb_tensor *bias, bool training,
                                          double momentum, double eps);
+/* nb_batch_norm(x, ...) + residual, without a ReLU (a residual block that ends with the add, as
+ * DLBench's ResNet-56), the same arguments as nb_batch_norm_add_relu. On the CPU, with residual
+ * of x's shape and dtype, the add is made as the normalised values are written (no pass of its
+ * own); the residual's gradient is the upstream one. Otherwise the two ops. */
+NB_API nb_tensor *nb_batch_norm_add(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                                    nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias,
+                                    bool training, double momentum, double eps);
 
 #ifdef __cplusplus
 }

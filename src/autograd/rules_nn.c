@@ -7,7 +7,8 @@
  * shape is its edge's). batch_norm: saved x (0), weight (1, when i0), stats (2:
  * mean, var, and the weight or 1; with a fused ReLU, i1, also the forward's coefficients), and
  * nb_batch_norm_add_relu's residual (3, the node's fourth input); one BATCH_NORM_BACKWARD on the
- * stats gives the input gradient, both parameter gradients and the residual's. */
+ * stats gives the input gradient, both parameter gradients and the residual's (nb_batch_norm_add,
+ * a fourth input without i1: the residual's gradient is g). */
 #include "autograd/autograd_impl.h"
 
 /* A new tensor shaped like input i of node (channels-last when cl), filled by kernel op from k
@@ -129,9 +130,10 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
                         : NULL;
     if (!gwb || (nb__edge_needs_grad(node, 0) && !gx)) return nb_last_status();
     /* nb_batch_norm_add_relu's residual: the gradient that reaches it (made in any case: gx is
-     * computed from it), laid out as x */
-    nb_tensor *r = node->n_inputs == 4 ? nb__node_saved(node, 3) : NULL;
-    if (node->n_inputs == 4 && !r) return nb_last_status();
+     * computed from it), laid out as x; nb_batch_norm_add's (no ReLU, nothing saved) is g */
+    bool fused_relu_res = node->n_inputs == 4 && node->i1;
+    nb_tensor *r = fused_relu_res ? nb__node_saved(node, 3) : NULL;
+    if (fused_relu_res && !r) return nb_last_status();
     nb_tensor *gr = r ? nb__track(nb__tensor_new_format("batch_norm_backward", x->shape, x->ndim, x->dtype, tp.device,
                                                         cl))
                       : NULL;
@@ -142,6 +144,7 @@ nb_status nb__bw_BATCH_NORM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     NB_TRY(nb__dispatch(NB_OP_BATCH_NORM_BACKWARD, &k));
     grad_in[0] = gx;
     if (r) grad_in[3] = gr;
+    else if (node->n_inputs == 4) grad_in[3] = g;
     if (nb__edge_needs_grad(node, 1) && !(grad_in[1] = nb_select(gwb, 0, 0))) return nb_last_status();
     if (nb__edge_needs_grad(node, 2) && !(grad_in[2] = nb_select(gwb, 0, 1))) return nb_last_status();
     return NB_OK;

@@ -124,13 +124,7 @@ static nb_module *alexnet_r(int64_t c, int64_t h, int64_t w, int64_t classes, co
 
 /* ---- ResNet-50 ------------------------------------------------------------------------------- */
 
-static nb_tensor *conv_bn(nb_module *self, const char *conv_name, const char *bn_name, nb_tensor *x)
-{
-    nb_tensor *y = nb_module_forward(nb_module_get_module(self, conv_name), x);
-    return y ? nb_module_forward(nb_module_get_module(self, bn_name), y) : NULL;
-}
-
-/* The same with the ReLU after the BN fused into it (nb_batch_norm_relu). */
+/* conv then BN with the ReLU after it fused in (nb_batch_norm_relu). */
 static nb_tensor *conv_bn_relu(nb_module *self, const char *conv_name, const char *bn_name, nb_tensor *x)
 {
     nb_tensor *y = nb_module_forward(nb_module_get_module(self, conv_name), x);
@@ -225,12 +219,13 @@ static nb_tensor *shortcut_a(nb_tensor *x, const nb_tensor *y)
     return s;
 }
 
+/* bn2(conv2(...)) + shortcut, the add made by the batch norm (nb_batch_norm_add). */
 static nb_tensor *block_a_forward(nb_module *self, nb_tensor *x)
 {
     nb_tensor *y = conv_bn_relu(self, "conv1", "bn1", x);
-    y = y ? conv_bn(self, "conv2", "bn2", y) : NULL;
+    y = y ? nb_module_forward(nb_module_get_module(self, "conv2"), y) : NULL;
     nb_tensor *s = y ? shortcut_a(x, y) : NULL;
-    return s ? nb_add(y, s) : NULL;
+    return s ? nb__zoo_bn_add(nb_module_get_module(self, "bn2"), y, s) : NULL;
 }
 
 static const nb_module_funcs block_a_funcs = {"BlockA", block_a_forward, NULL};

@@ -23,6 +23,8 @@ nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x);
 bool nb__fuses_relu(const nb_module *m);
 nb_tensor *nb__relu_forward(nb_module *m, nb_tensor *x);
 nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r);
+/* bn(x) + r, no ReLU (nb_batch_norm_add: DLBench ResNet-56's block end). */
+nb_tensor *nb__zoo_bn_add(nb_module *bn, nb_tensor *x, const nb_tensor *r);
 /* The DLBench networks (models_dlbench.c), called by nb_model_create after its argument checks;
  * *known is false when name is not one of them. */
 nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,

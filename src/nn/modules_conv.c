@@ -175,14 +175,14 @@ nb_module *nb_adaptive_avg_pool2d_module(int64_t out_h, int64_t out_w)
 
 /* ---- BatchNorm ------------------------------------------------------------------------------- */
 
-/* The module's batch norm of x; with relu, relu of it, and with a residual r (relu set),
- * relu(that + r) (nb_batch_norm_add_relu). */
+/* The module's batch norm of x; with relu, relu of it; with a residual r, that + r, then the ReLU
+ * when relu is set (nb_batch_norm_add, nb_batch_norm_add_relu). */
 static nb_tensor *bn_run(nb_module *self, nb_tensor *x, bool relu, const nb_tensor *r)
 {
     bool training = nb_module_is_training(self);
     nb_tensor *rm = nb_module_get_buffer(self, "running_mean"), *rv = nb_module_get_buffer(self, "running_var");
     nb_tensor *w = nb_module_get_parameter(self, "weight"), *b = nb_module_get_parameter(self, "bias"), *y;
-    if (r) y = nb_batch_norm_add_relu(x, r, rm, rv, w, b, training, 0.1, 1e-5);
+    if (r) y = (relu ? nb_batch_norm_add_relu : nb_batch_norm_add)(x, r, rm, rv, w, b, training, 0.1, 1e-5);
     else y = (relu ? nb_batch_norm_relu : nb_batch_norm)(x, rm, rv, w, b, training, 0.1, 1e-5);
     if (y && training) {
         /* an int64 one, so that the counter stays int64 (a double scalar would promote) */
@@ -225,23 +225,29 @@ static const nb_module_funcs bn1d_funcs = {"BatchNorm1d", bn1d_forward, NULL};
 
 bool nb__is_batch_norm2d_module(const nb_module *m) { return m && nb_module_type_name(m) == bn2d_funcs.type_name; }
 
-/* nb__zoo_bn_relu and nb__zoo_bn_add_relu (r set). */
-static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const nb_tensor *r)
+/* nb__zoo_bn_relu, nb__zoo_bn_add_relu (r set) and nb__zoo_bn_add (r set, relu clear). */
+static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const nb_tensor *r, bool relu)
 {
     if (!nb__is_batch_norm2d_module(bn))
         return nb__err_null(NB_ERR_INTERNAL, "%s: %s is not a BatchNorm2d", fn, bn ? nb_module_type_name(bn) : "NULL");
     if (!x) return nb__err_null(NB_ERR_INVALID_ARG, "%s: NULL input to BatchNorm2d", fn);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
-    return nb_scope_end_keep(s, bn2d_run(bn, x, true, r));
+    return nb_scope_end_keep(s, bn2d_run(bn, x, relu, r));
 }
 
-nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn_relu("zoo_bn_relu", bn, x, NULL); }
+nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn_relu("zoo_bn_relu", bn, x, NULL, true); }
 
 nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r)
 {
     if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add_relu: NULL residual");
-    return zoo_bn_relu("zoo_bn_add_relu", bn, x, r);
+    return zoo_bn_relu("zoo_bn_add_relu", bn, x, r, true);
+}
+
+nb_tensor *nb__zoo_bn_add(nb_module *bn, nb_tensor *x, const nb_tensor *r)
+{
+    if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add: NULL residual");
+    return zoo_bn_relu("zoo_bn_add", bn, x, r, false);
 }
 
 bool nb__fuses_relu(const nb_module *m)

@@ -7,7 +7,9 @@
  * is made contiguous. nb_batch_norm_relu on the CPU is the same with the kernel's ReLU flag (i1),
  * elsewhere batch_norm then relu; nb_batch_norm_add_relu on the CPU also passes the residual
  * (in[3], laid out as x; the node's fourth input and saved tensor), elsewhere, or when the
- * residual's shape is not x's, it is batch_norm, add and relu. Rule in src/autograd/rules_nn.c. */
+ * residual's shape is not x's, it is batch_norm, add and relu; nb_batch_norm_add is the same
+ * without the ReLU (the node's i1 clear: the residual's gradient is the upstream one, and the
+ * residual is not saved). Rule in src/autograd/rules_nn.c. */
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
@@ -83,7 +85,7 @@ static nb_tensor *bn_run(const nb_tensor *x, const nb_tensor *w, const nb_tensor
     nb_node *node = NULL;
     if (st == NB_OK) {
         const nb_tensor *in[4] = {x, w, b, r}, *save[4] = {x, w, stats, r};
-        node = nb__record(NB_OP_BATCH_NORM, out, in, r ? 4 : 3, save, r ? 4 : 3, &st);
+        node = nb__record(NB_OP_BATCH_NORM, out, in, r ? 4 : 3, save, r && relu ? 4 : 3, &st);
     }
     if (st != NB_OK) {
         nb__release(out);
@@ -97,7 +99,8 @@ static nb_tensor *batch_norm(const nb_tensor *x, const nb_tensor *residual, nb_t
                              nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
                              double momentum, double eps, bool relu)
 {
-    const char *op = residual ? "batch_norm_add_relu" : relu ? "batch_norm_relu" : "batch_norm";
+    const char *op = residual ? (relu ? "batch_norm_add_relu" : "batch_norm_add") : relu ? "batch_norm_relu"
+                                                                                        : "batch_norm";
     if (check_args(op, x, residual, running_mean, running_var, weight, bias, training) != NB_OK) return NULL;
     int64_t c = x->shape[1];
     nb_scope *s = nb_scope_begin();
@@ -144,20 +147,37 @@ nb_tensor *nb_batch_norm_relu(const nb_tensor *x, nb_tensor *running_mean, nb_te
     return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
 }
 
-nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
-                                  nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
-                                  double momentum, double eps)
+/* nb_batch_norm_add_relu (relu) and nb_batch_norm_add. */
+static nb_tensor *batch_norm_add(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                                 nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
+                                 double momentum, double eps, bool relu)
 {
-    if (!residual) return nb__err_null(NB_ERR_INVALID_ARG, "batch_norm_add_relu: residual must not be NULL");
+    if (!residual)
+        return nb__err_null(NB_ERR_INVALID_ARG, "%s: residual must not be NULL",
+                            relu ? "batch_norm_add_relu" : "batch_norm_add");
     /* the fused kernel takes a residual of x's shape and dtype (another device: its check's error) */
     bool fused = x && x->storage->device.type == NB_DEVICE_CPU && residual->ndim == x->ndim &&
                  residual->dtype == x->dtype &&
                  memcmp(residual->shape, x->shape, (size_t)x->ndim * sizeof(int64_t)) == 0;
     if (fused)
-        return batch_norm(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, true);
+        return batch_norm(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, relu);
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
     nb_tensor *y = nb_batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
     y = y ? nb_add(y, residual) : NULL;
-    return nb_scope_end_keep(s, y ? nb_relu(y) : NULL);
+    return nb_scope_end_keep(s, y && relu ? nb_relu(y) : y);
+}
+
+nb_tensor *nb_batch_norm_add_relu(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                                  nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
+                                  double momentum, double eps)
+{
+    return batch_norm_add(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, true);
+}
+
+nb_tensor *nb_batch_norm_add(const nb_tensor *x, const nb_tensor *residual, nb_tensor *running_mean,
+                             nb_tensor *running_var, const nb_tensor *weight, const nb_tensor *bias, bool training,
+                             double momentum, double eps)
+{
+    return batch_norm_add(x, residual, running_mean, running_var, weight, bias, training, momentum, eps, false);
 }

@@ -72,7 +72,8 @@ def _adapt(t, name, x, oh, ow):
 
 def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True, relu=False, residual=None):
     """params: training, relu, and the residual's input index (0: none; it comes after x, weight
-    and bias: relu(batch_norm(x) + residual), nabla's nb_batch_norm_add_relu)."""
+    and bias: batch_norm(x) + residual, then the ReLU when relu: nabla's nb_batch_norm_add and
+    nb_batch_norm_add_relu)."""
     c = x.shape[1]
     rm0, rv0 = torch.randn(c), torch.rand(c) + 0.5
     wb = [torch.randn(c), torch.randn(c)] if affine else []
@@ -90,7 +91,7 @@ def _bn(t, name, x, training, momentum=0.1, eps=1e-5, affine=True, relu=False, r
             out = F.relu(out)
         t[f"{name}/{sfx}/rm_out"] = rm
         t[f"{name}/{sfx}/rv_out"] = rv
-        params = [int(training)] + ([1, len(ins) - 1 if res else 0] if relu else [])
+        params = [int(training)] + ([int(relu), len(ins) - 1 if res else 0] if relu or res else [])
         _store(t, f"{name}/{sfx}", BN, params, ins, out, [momentum, eps])
 
 
@@ -160,6 +161,11 @@ def build():
     _bn(t, "bn_add_relu_eval_4d", r(4, 3, 5, 6), False, relu=True, residual=r(4, 3, 5, 6))
     _bn(t, "bn_add_relu_train_offset", r(3, 4, 9, 11) * 3 + 50, True, relu=True, residual=r(3, 4, 9, 11) - 0.5)
     _bn(t, "bn_add_relu_train_noaffine", r(4, 3, 2, 2), True, affine=False, relu=True, residual=r(4, 3, 2, 2))
+    # batch_norm(x) + residual without the ReLU, nabla's nb_batch_norm_add
+    _bn(t, "bn_add_train_4d", r(4, 3, 5, 6) * 2 + 1, True, residual=r(4, 3, 5, 6))
+    _bn(t, "bn_add_eval_4d", r(4, 3, 5, 6), False, residual=r(4, 3, 5, 6))
+    _bn(t, "bn_add_train_noaffine", r(4, 3, 2, 2), True, affine=False, residual=r(4, 3, 2, 2))
+    _bn(t, "bn_add_train_c32", r(2, 32, 9, 10) * 2 + 1, True, residual=r(2, 32, 9, 10) - 0.5)
     # C a multiple of 16: nabla's float32 AVX-512 loops on channels-last (the sums in registers
     # for C = 16 and 32, in memory for 48; 126, 105 and 180 rows: no multiple of their 16-row steps)
     _bn(t, "bn_train_c16", r(2, 16, 7, 9) * 2 + 1, True)

@@ -8,7 +8,8 @@
  * (bn_running). i1 set fuses a ReLU into both directions (nb_batch_norm_relu): stats then has two
  * more rows, the forward's coefficients; with a residual r in in[3] (nb_batch_norm_add_relu) the
  * ReLU is applied to bn(x) + r, and the backward writes the gradient that reaches r into out3 and
- * goes on from it as the plain backward. */
+ * goes on from it as the plain backward. A residual without i1 (nb_batch_norm_add) is only added
+ * in the forward: its gradient is the upstream one, and the backward is the plain one. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,7 @@ BOTH_TYPES(GRAD_SUMS, grad_sums_res, KEEP_RES_S, SAVE_GR)
 BOTH_TYPES(AFFINE, affine, SAME, ADD_NONE)
 BOTH_TYPES(AFFINE, affine_relu, RELU, ADD_NONE)
 BOTH_TYPES(AFFINE, affine_res, RELU, ADD_RES)
+BOTH_TYPES(AFFINE, affine_add, SAME, ADD_RES)
 BOTH_TYPES(AFFINE2, affine2, KEEP_ALL_S)
 BOTH_TYPES(AFFINE2, affine2_relu, KEEP_RELU_S)
 
@@ -175,7 +177,7 @@ BOTH_TYPES(AFFINE2, affine2_relu, KEEP_RELU_S)
             if (relu) stats[3 * c_count + c] = (T)scale, stats[4 * c_count + c] = (T)shift;        \
             for (int64_t i = 0; i < n; i++) {                                                      \
                 int64_t o = (i * c_count + c) * s;                                                 \
-                if (r) affine_res_##T(x + o, r + o, s, (T)scale, (T)shift, y + o);                 \
+                if (r) (relu ? affine_res_##T : affine_add_##T)(x + o, r + o, s, (T)scale, (T)shift, y + o); \
                 else (relu ? affine_relu_##T : affine_##T)(x + o, NULL, s, (T)scale, (T)shift, y + o); \
             }                                                                                      \
         }                                                                                          \
@@ -344,6 +346,7 @@ BOTH_TYPES(GRAD_SUMS_CL, grad_sums_res_cl, KEEP_RES, SAVE_GR)
 BOTH_TYPES(AFFINE_CL, affine_cl, SAME, ADD_NONE)
 BOTH_TYPES(AFFINE_CL, affine_relu_cl, RELU, ADD_NONE)
 BOTH_TYPES(AFFINE_CL, affine_res_cl, RELU, ADD_RES_CL)
+BOTH_TYPES(AFFINE_CL, affine_add_cl, SAME, ADD_RES_CL)
 BOTH_TYPES(AFFINE2_CL, affine2_cl, KEEP_ALL)
 BOTH_TYPES(AFFINE2_CL, affine2_relu_cl, KEEP_RELU)
 
@@ -366,8 +369,8 @@ BOTH_TYPES(AFFINE2_CL, affine2_relu_cl, KEEP_RELU)
 /* What the sums add: v and v w per element, v = x - ref and w = v (SUMS_DEV, the statistics),
  * or v = g' and w = x - ref, g' = g where it counts (SUMS_GRAD: everywhere; SUMS_RELU: where x fa
  * + fc > 0; SUMS_RES: where (x fa + fc) + res > 0, g' then written to gr). The second passes
- * take the same modes (SUMS_DEV: the plain forward). */
-enum { SUMS_DEV, SUMS_GRAD, SUMS_RELU, SUMS_RES };
+ * take the same modes (SUMS_DEV: the plain forward; AFFINE_ADD: the residual added, no ReLU). */
+enum { SUMS_DEV, SUMS_GRAD, SUMS_RELU, SUMS_RES, AFFINE_ADD /* the forward's residual, no ReLU */ };
 
 /* The float operands of one call, as [M, C] rows (ref, fa and fc: per channel). */
 typedef struct cl_vec_in {
@@ -505,21 +508,23 @@ VINLINE void put(float *y, int64_t e, __m512 v, bool stream)
                           const float *k, float *y, bool stream)                                   \
     {                                                                                              \
         (void)res;                                                                                 \
+        const bool add = MODE == SUMS_RES || MODE == AFFINE_ADD, relu = MODE == SUMS_RELU || MODE == SUMS_RES; \
         for (int64_t r = r0; r < r1; r++)                                                          \
             for (int64_t j = 0; j < c; j += 16) {                                                  \
                 int64_t e = r * c + j;                                                             \
                 _mm_prefetch((const char *)(x + e) + CL_VEC_AHEAD, _MM_HINT_T0);                   \
-                if (MODE == SUMS_RES) _mm_prefetch((const char *)(res + e) + CL_VEC_AHEAD, _MM_HINT_T0); \
+                if (add) _mm_prefetch((const char *)(res + e) + CL_VEC_AHEAD, _MM_HINT_T0);        \
                 __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + e), _mm512_loadu_ps(a + j)), \
                                          _mm512_loadu_ps(k + j));                                  \
-                if (MODE == SUMS_RES) v = _mm512_add_ps(v, _mm512_loadu_ps(res + e));              \
-                if (MODE != SUMS_DEV) v = _mm512_max_ps(_mm512_setzero_ps(), v);                   \
+                if (add) v = _mm512_add_ps(v, _mm512_loadu_ps(res + e));                           \
+                if (relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);                               \
                 put(y, e, v, stream);                                                              \
             }                                                                                      \
     }
 AFFINE_MODE(SUMS_DEV, vec_affine)
 AFFINE_MODE(SUMS_RELU, vec_affine_relu)
 AFFINE_MODE(SUMS_RES, vec_affine_res)
+AFFINE_MODE(AFFINE_ADD, vec_affine_add)
 
 /* The backward's second pass: gx = (a g' + b x) + k as AFFINE2_CL, g' = g (SUMS_GRAD) or g where
  * the fused ReLU's value was > 0 (SUMS_RELU). */
@@ -589,8 +594,10 @@ static bool cl_vec_affine(bool vec, int mode, const void *x, const void *res, in
 {
 #ifdef CL_VEC
     if (!vec) return false;
-    (mode == SUMS_DEV ? vec_affine : mode == SUMS_RELU ? vec_affine_relu : vec_affine_res)(x, res, r0, r1, c, a, k, y,
-                                                                                          stream);
+    (mode == SUMS_DEV    ? vec_affine
+     : mode == SUMS_RELU ? vec_affine_relu
+     : mode == SUMS_RES  ? vec_affine_res
+                         : vec_affine_add)(x, res, r0, r1, c, a, k, y, stream);
     if (stream) _mm_sfence();
     return true;
 #else
@@ -678,7 +685,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
         T *scale = sc.coef, *shift = scale + c_count;                                              \
         bool vec = cl_vec(c_count, sizeof(T)), stream = vec && cl_stream(y, m, c_count);           \
         cl_vec_in vin = {.x = (const void *)x, .ref = (const void *)x}; /* ref: row 0, as sc.ref */ \
-        int mode = r ? SUMS_RES : relu ? SUMS_RELU : SUMS_DEV;                                     \
+        int mode = r ? (relu ? SUMS_RES : AFFINE_ADD) : relu ? SUMS_RELU : SUMS_DEV;               \
         if (training) {                                                                            \
             for (int64_t j = 0; j < c_count; j++) sc.ref[j] = (double)x[j];                        \
             _Pragma("omp parallel for num_threads(nt) schedule(static)")                           \
@@ -715,7 +722,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             for (int64_t hi = r1; hi > r0; hi -= piece) {                                          \
                 int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;                  \
                 if (cl_vec_affine(vec, mode, x, r, lo, hi, c_count, scale, shift, y, stream)) continue; \
-                if (r) affine_res_cl_##T(x + o, r + o, hi - lo, c_count, scale, shift, y + o);     \
+                if (r) (relu ? affine_res_cl_##T : affine_add_cl_##T)(x + o, r + o, hi - lo, c_count, scale, shift, y + o); \
                 else (relu ? affine_relu_cl_##T : affine_cl_##T)(x + o, NULL, hi - lo, c_count, scale, shift, y + o); \
             }                                                                                      \
         }                                                                                          \
@@ -854,8 +861,11 @@ nb_status nb_cpu_k_batchnorm(nb_op op, const nb_kargs *a)
         else bn_running_double(a);
         return NB_OK;
     }
-    /* the residual (fused ReLU only): x's shape, and its layout, as the residual's gradient */
-    const nb_tensor *r = a->i1 ? a->in[3] : NULL;
+    /* the residual: x's shape, and its layout, as the residual's gradient (the backward takes one
+     * with the fused ReLU only: without, the residual's gradient is the upstream one) */
+    const nb_tensor *r = a->in[3];
+    if (r && op == NB_OP_BATCH_NORM_BACKWARD && !a->i1)
+        return nb__err(NB_ERR_INTERNAL, "%s: a residual without the fused ReLU has no backward kernel", nb__op_name(op));
     if (r && (r->ndim != x->ndim || memcmp(r->shape, x->shape, (size_t)x->ndim * sizeof(int64_t)) != 0 || r->dtype != dt || (op == NB_OP_BATCH_NORM_BACKWARD && !a->out3)))
         return nb__err(NB_ERR_INTERNAL, "%s: the residual must have x's shape and dtype (and a gradient output)",
                        nb__op_name(op));
