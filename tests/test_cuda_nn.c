@@ -220,6 +220,12 @@ static nb_tensor *bn_fused_f(nb_tensor *const *in, void *ctx)
     return nb_batch_norm_relu(in[0], NULL, NULL, in[1], in[2], training, 0.1, 1e-5);
 }
 
+/* batch_norm + r (nb_batch_norm_add): the same, without the ReLU. */
+static nb_tensor *bn_add_f(nb_tensor *const *in, void *ctx)
+{
+    return nb_batch_norm_add(in[0], in[3], NULL, NULL, in[1], in[2], ctx != NULL, 0.1, 1e-5);
+}
+
 /* The fused batch-norm ops against the CPU's fused kernel, float64, training; all four
  * gradients (x, weight, bias, the residual). */
 static void test_batch_norm_fused(void **state)
@@ -231,6 +237,7 @@ static void test_batch_norm_fused(void **state)
                         randn(sx, 4, NB_FLOAT64)};
     compare(bn_fused_f, (void *)1, in, 3, 1e-11, "batch_norm_relu");
     compare(bn_fused_f, (void *)1, in, 4, 1e-11, "batch_norm_add_relu");
+    compare(bn_add_f, (void *)1, in, 4, 1e-11, "batch_norm_add");
     nb_scope_end(s);
 }
 
