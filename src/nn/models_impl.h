@@ -17,14 +17,14 @@ nb_module *nb__zoo_container(const nb_module_funcs *funcs, const char *const *na
 bool nb__is_batch_norm2d_module(const nb_module *m);
 nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x);
 /* relu(bn(x) + r) for a BatchNorm2d bn, on nb_batch_norm_add_relu (a residual block's end). */
+nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r);
+/* bn(x) + r, no ReLU (nb_batch_norm_add: DLBench ResNet-56's block end). */
+nb_tensor *nb__zoo_bn_add(nb_module *bn, nb_tensor *x, const nb_tensor *r);
 /* For nb_sequential: whether m (a Conv2d, a BatchNorm2d or a MaxPool2d of modules_conv.c) has a
  * forward with a following ReLU fused in, and that forward: relu(m(x)) as one node and one pass
  * (nb_conv2d's relu, nb_batch_norm_relu, nb_max_pool2d_relu), the same values and gradients. */
 bool nb__fuses_relu(const nb_module *m);
 nb_tensor *nb__relu_forward(nb_module *m, nb_tensor *x);
-nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r);
-/* bn(x) + r, no ReLU (nb_batch_norm_add: DLBench ResNet-56's block end). */
-nb_tensor *nb__zoo_bn_add(nb_module *bn, nb_tensor *x, const nb_tensor *r);
 /* The DLBench networks (models_dlbench.c), called by nb_model_create after its argument checks;
  * *known is false when name is not one of them. */
 nb_module *nb__model_dlbench(const char *name, int64_t c, int64_t h, int64_t w, int64_t classes,

@@ -226,7 +226,7 @@ static const nb_module_funcs bn1d_funcs = {"BatchNorm1d", bn1d_forward, NULL};
 bool nb__is_batch_norm2d_module(const nb_module *m) { return m && nb_module_type_name(m) == bn2d_funcs.type_name; }
 
 /* nb__zoo_bn_relu, nb__zoo_bn_add_relu (r set) and nb__zoo_bn_add (r set, relu clear). */
-static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const nb_tensor *r, bool relu)
+static nb_tensor *zoo_bn(const char *fn, nb_module *bn, nb_tensor *x, const nb_tensor *r, bool relu)
 {
     if (!nb__is_batch_norm2d_module(bn))
         return nb__err_null(NB_ERR_INTERNAL, "%s: %s is not a BatchNorm2d", fn, bn ? nb_module_type_name(bn) : "NULL");
@@ -236,18 +236,18 @@ static nb_tensor *zoo_bn_relu(const char *fn, nb_module *bn, nb_tensor *x, const
     return nb_scope_end_keep(s, bn2d_run(bn, x, relu, r));
 }
 
-nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn_relu("zoo_bn_relu", bn, x, NULL, true); }
+nb_tensor *nb__zoo_bn_relu(nb_module *bn, nb_tensor *x) { return zoo_bn("zoo_bn_relu", bn, x, NULL, true); }
 
 nb_tensor *nb__zoo_bn_add_relu(nb_module *bn, nb_tensor *x, const nb_tensor *r)
 {
     if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add_relu: NULL residual");
-    return zoo_bn_relu("zoo_bn_add_relu", bn, x, r, true);
+    return zoo_bn("zoo_bn_add_relu", bn, x, r, true);
 }
 
 nb_tensor *nb__zoo_bn_add(nb_module *bn, nb_tensor *x, const nb_tensor *r)
 {
     if (!r) return nb__err_null(NB_ERR_INVALID_ARG, "zoo_bn_add: NULL residual");
-    return zoo_bn_relu("zoo_bn_add", bn, x, r, false);
+    return zoo_bn("zoo_bn_add", bn, x, r, false);
 }
 
 bool nb__fuses_relu(const nb_module *m)
