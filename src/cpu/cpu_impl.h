@@ -46,6 +46,13 @@ int64_t nb_cpu_stream_threshold(void);
  * that a kernel writing it once should stream it: a smaller one would stay in the cache for its
  * next reader ([4096, 1024] float32 written 0.39 ms plainly, 0.98 streamed, at 1 thread). */
 bool nb_cpu_streams_output(int64_t out_bytes);
+/* Whether nabla's own AVX-512 kernels may run: the CPU and the OS support AVX-512F (libgcc's
+ * check) and the environment variable NABLA_MAX_CPU_ISA, read once, is not "avx2". With
+ * NABLA_MAX_CPU_ISA=avx2 those kernels give way to their portable versions, whose compiler-made
+ * clones still follow the CPU (target_clones), as do OpenBLAS and oneDNN (which read
+ * OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA): the tests run so to check the portable paths on an
+ * AVX-512 machine, and a user can compare the two. */
+bool nb_cpu_avx512(void);
 
 /* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,
  * rows ldi (in) and ldo (out) elements apart, matrices rows * ldi and cols * ldo apart; tiled and

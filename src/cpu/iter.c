@@ -1,7 +1,10 @@
 /* Strided, broadcasting iteration over several operands, split across OpenMP threads. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -34,6 +37,28 @@ int64_t nb_cpu_stream_threshold(void)
 }
 
 bool nb_cpu_streams_output(int64_t out_bytes) { return out_bytes >= 2 * nb_cpu_stream_threshold(); }
+
+static bool g_avx512;
+static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_init(void)
+{
+    const char *cap = getenv("NABLA_MAX_CPU_ISA");
+    bool capped = cap && strcasecmp(cap, "avx2") == 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    g_avx512 = !capped && __builtin_cpu_supports("avx512f");
+#else
+    (void)capped;
+    g_avx512 = false;
+#endif
+}
+
+bool nb_cpu_avx512(void)
+{
+    pthread_once(&g_isa_once, isa_init);
+    return g_avx512;
+}
 
 int nb_cpu_threads_for(int64_t work, int64_t grain)
 {

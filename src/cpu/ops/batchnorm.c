@@ -553,7 +553,7 @@ AFFINE2_MODE(SUMS_RELU, vec_affine2_relu)
 static bool cl_vec(int64_t c, size_t tsize)
 {
 #ifdef CL_VEC
-    return tsize == sizeof(float) && c % 16 == 0 && c <= CL_VEC_MAX && __builtin_cpu_supports("avx512f");
+    return tsize == sizeof(float) && c % 16 == 0 && c <= CL_VEC_MAX && nb_cpu_avx512();
 #else
     (void)c, (void)tsize;
     return false;

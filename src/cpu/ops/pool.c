@@ -460,7 +460,7 @@ static cblocks channel_blocks(const pool_geom *g)
 
 static bool max_nhwc_vec(const pool_geom *g)
 {
-    return g->c % 16 == 0 && g->h * g->w <= INT32_MAX && __builtin_cpu_supports("avx512f");
+    return g->c % 16 == 0 && g->h * g->w <= INT32_MAX && nb_cpu_avx512();
 }
 
 /* The channels [c0, c0 + 16 NCH) of one output pixel: the window's taps from xw (its clipped

@@ -389,7 +389,7 @@ __attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, 
 }
 
 /* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static bool have_avx512(void) { return nb_cpu_avx512(); }
 #endif
 
 /* The plain loops below are written for the vectoriser (8 independent partial results), and

@@ -26,6 +26,7 @@
 
 #include "cpu/cpu_impl.h"
 #include "cpu/ops/exp512_impl.h"
+#include "cpu/ops/unary_math_impl.h"
 
 /* The lines of up to three operands (0 = out, 1.. = inputs): the other dims' shape and strides,
  * the length D along dim and each operand's stride along it (all in elements). */
@@ -171,7 +172,7 @@ __attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const
 }
 
 /* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static bool have_avx512(void) { return nb_cpu_avx512(); }
 #endif
 
 #if defined(__x86_64__)
@@ -262,9 +263,88 @@ __attribute__((target("avx512f"))) static void lsm_bwd_f32_avx512(const float *g
 }
 #endif
 
+/* ---- contiguous float32 rows without AVX-512 ------------------------------------------------ */
+
+/* The same passes as the AVX-512 rows in loops the compiler vectorises, with AVX2 and AVX-512
+ * clones picked at load time, and unary_math_impl.h's exp (2 ulp; 0 below -104, so that -inf
+ * gives 0). A NaN is skipped by the max and then makes the sum, so the whole line, NaN. */
+NB_VEC_CLONES static float row_max_f32(const float *x, int64_t D)
+{
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t i = 0; i < D; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* sum(exp(x - m)) in double; e: where to store the exponentials, or NULL. The exponentials go
+ * to memory (e, or a block in L1) and are summed by a second loop: GCC vectorises neither the exp
+ * nor the float-to-double sum for AVX2 when they share one loop. */
+#define EXPSUM_BLOCK 256
+NB_VEC_CLONES static double row_expsum_f32(const float *x, float *e, int64_t D, float m)
+{
+    float buf[EXPSUM_BLOCK];
+    double s = 0;
+    for (int64_t i0 = 0; i0 < D; i0 += EXPSUM_BLOCK) {
+        int64_t n = D - i0 < EXPSUM_BLOCK ? D - i0 : EXPSUM_BLOCK;
+        float *o = e ? e + i0 : buf;
+        const float *xi = x + i0;
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) o[i] = nb_vexpf(xi[i] - m);
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; i++) s += o[i];
+    }
+    return s;
+}
+
+NB_VEC_CLONES static void row_f32_vec(const float *x, float *y, int64_t D, bool lg)
+{
+    float m = row_max_f32(x, D);
+    double s = row_expsum_f32(x, lg ? NULL : y, D, m);
+    if (lg) {
+        float ls = (float)log(s);
+#pragma omp simd
+        for (int64_t i = 0; i < D; i++) y[i] = (x[i] - m) - ls;
+        return;
+    }
+    float inv = (float)(1.0 / s);
+#pragma omp simd
+    for (int64_t i = 0; i < D; i++) y[i] = y[i] * inv;
+}
+
+static double lse_f32_vec(const float *x, int64_t D)
+{
+    float m = row_max_f32(x, D);
+    return (double)m + log(row_expsum_f32(x, NULL, D, m));
+}
+
+/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). */
+NB_VEC_CLONES static void ce_bwd_f32_vec(const float *x, float *o, int64_t D, float lse, float g, int64_t t)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < D; i++) o[i] = nb_vexpf(x[i] - lse) * g;
+    if (t >= 0 && t < D) o[t] = o[t] - g;
+}
+
+/* log_softmax backward of a float32 row: o = g - exp(y) * sum(g), the sum in double. */
+NB_VEC_CLONES static void lsm_bwd_f32_vec(const float *g, const float *y, float *o, int64_t D)
+{
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < D; i++) s += g[i];
+    float vs = (float)s;
+#pragma omp simd
+    for (int64_t i = 0; i < D; i++) o[i] = g[i] - nb_vexpf(y[i]) * vs;
+}
+
 /* ---- the fast path: contiguous [outer, D, inner], dim not last ------------------------------ */
 
 #define COL_CW 256 /* columns handled together: their running max and sum stay in registers / L1 */
+
+NB_VEC_CLONES static void expsub_f32_vec(float *e, const float *x, const float *m, int64_t n)
+{
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) e[j] = nb_vexpf(x[j] - m[j]);
+}
 
 static void expsub_f32(float *e, const float *x, const float *m, int64_t n)
 {
@@ -274,7 +354,7 @@ static void expsub_f32(float *e, const float *x, const float *m, int64_t n)
         return;
     }
 #endif
-    for (int64_t j = 0; j < n; j++) e[j] = (float)exp((double)(x[j] - m[j]));
+    expsub_f32_vec(e, x, m, n);
 }
 
 static void expsub_f64(double *e, const double *x, const double *m, int64_t n)
@@ -343,16 +423,26 @@ static nb_status forward(nb_op op, const nb_kargs *a)
     }
     char *ob = nb__data(out);
     const char *ib = nb__data(in);
+    if (out->dtype == NB_FLOAT32 && rows) {
 #if defined(__x86_64__)
-    if (out->dtype == NB_FLOAT32 && rows && have_avx512()) {
+        bool v512 = have_avx512();
+#else
+        bool v512 = false;
+#endif
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t r = 0; r < l.n; r++)
-            row_f32_avx512((const float *)ib + r * l.D, (float *)ob + r * l.D, l.D, lg);
+        for (int64_t r = 0; r < l.n; r++) {
+            const float *x = (const float *)ib + r * l.D;
+            float *y = (float *)ob + r * l.D;
+#if defined(__x86_64__)
+            if (v512) {
+                row_f32_avx512(x, y, l.D, lg);
+                continue;
+            }
+#endif
+            row_f32_vec(x, y, l.D, lg);
+        }
         return NB_OK;
     }
-#else
-    (void)rows;
-#endif
     bool f32 = out->dtype == NB_FLOAT32;
     int64_t es = f32 ? 4 : 8;
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -376,16 +466,28 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     char *ob = nb__data(out);
     const char *gb = nb__data(a->in[0]), *yb = nb__data(a->in[1]);
     bool f32 = out->dtype == NB_FLOAT32;
-#if defined(__x86_64__)
     bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1 && nb__is_contiguous(out) &&
                 nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
-    if (f32 && lg && rows && have_avx512()) {
+    if (f32 && lg && rows) {
+#if defined(__x86_64__)
+        bool v512 = have_avx512();
+#else
+        bool v512 = false;
+#endif
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t r = 0; r < l.n; r++)
-            lsm_bwd_f32_avx512((const float *)gb + r * l.D, (const float *)yb + r * l.D, (float *)ob + r * l.D, l.D);
+        for (int64_t r = 0; r < l.n; r++) {
+            const float *g = (const float *)gb + r * l.D, *y = (const float *)yb + r * l.D;
+            float *o = (float *)ob + r * l.D;
+#if defined(__x86_64__)
+            if (v512) {
+                lsm_bwd_f32_avx512(g, y, o, l.D);
+                continue;
+            }
+#endif
+            lsm_bwd_f32_vec(g, y, o, l.D);
+        }
         return NB_OK;
     }
-#endif
     int64_t es = f32 ? 4 : 8;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < l.n; r++) {
@@ -449,9 +551,10 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
             double xt = f32 ? ((const float *)x)[t] : ((const double *)x)[t];
 #if defined(__x86_64__)
             const float *next = (const float *)x + (n + 1 < N ? C : 0);
-            double lse = vec ? lse_f32_avx512((const float *)x, C, next) : ce_lse_ref(x, C, f32);
+            double lse = vec ? lse_f32_avx512((const float *)x, C, next)
+                             : f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
 #else
-            double lse = ce_lse_ref(x, C, f32);
+            double lse = f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
 #endif
             if (f32) ((float *)rb)[n] = (float)lse, ((float *)ob)[n] = (float)(lse - xt);
             else ((double *)rb)[n] = lse, ((double *)ob)[n] = lse - xt;
@@ -465,6 +568,10 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
             continue;
         }
 #endif
+        if (f32) {
+            ce_bwd_f32_vec((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t);
+            continue;
+        }
         for (int64_t c = 0; c < C; c++) {
             double v = exp((f32 ? ((const float *)x)[c] : ((const double *)x)[c]) - lse) * g - (c == t ? g : 0);
             if (f32) ((float *)ob)[n * C + c] = (float)v;

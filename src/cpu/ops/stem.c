@@ -245,7 +245,7 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
     return NB_OK;
 }
 
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static bool have_avx512(void) { return nb_cpu_avx512(); }
 
 #else /* not x86-64: never chosen */
 

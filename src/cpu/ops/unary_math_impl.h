@@ -15,8 +15,12 @@
 /* AVX-512 and AVX2 versions of a hot loop, picked at load time (ifunc), besides the baseline.
  * The x86-64-v4/v3 levels include FMA for scalars too, so a loop's vector body and its scalar
  * remainder contract a * b + c alike: an element's value does not depend on where it falls. */
+#if defined(__x86_64__) && defined(__GNUC__)
 #define NB_VEC_CLONES                                                                            \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define NB_VEC_CLONES
+#endif
 
 static inline float nb_bits_f32(int32_t i)
 {
