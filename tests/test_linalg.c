@@ -1,7 +1,7 @@
 /* Matrix products: matmul, mm, bmm, addmm, linear against PyTorch (tests/ref/cases_linalg.py) on
  * contiguous, non-contiguous and column-major operands, gradients against PyTorch and finite
  * differences, the BLAS path of the gemm kernel (OpenBLAS, and oneDNN's sgemm for float32 NN and
- * TN products) against its reference loop, OpenBLAS's kernel
+ * TN products) against its reference loop, the library chosen by timing, OpenBLAS's kernel
  * selection, and the error messages. */
 #include <math.h>
 #include <stdio.h>
@@ -254,6 +254,25 @@ static void test_blas_vs_reference(void **state)
     }
 }
 
+/* Products big enough for the library to be chosen by timing (gemm.c; on by default on CPUs
+ * without AVX-512, and in the ctest run test_linalg_tuned with NABLA_GEMM_TUNE=1): every call
+ * of a shape, the untimed first, the four timed ones on either library and the ones after the
+ * choice, matches the reference, at 1 and 2 threads, with and without beta. */
+static void test_gemm_tuned(void **state)
+{
+    int before = nb_cpu_gemm_tuned_shapes(), prev = nb_get_num_threads();
+    static const int lays[3][3] = {{L_ROW, L_ROW, L_ROW}, {L_COL, L_ROW, L_ROW}, {L_ROW, L_COL, L_ROW}};
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        for (int call = 0; call < 7; call++)
+            for (int l = 0; l < 3; l++) /* NN, TN, NT: 2 M N K = 2^25 */
+                compare_paths(1, 256, 256, 256, lays[l], 1, call % 3 == 2 ? 0.5 : 0, NB_FLOAT32);
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    const char *e = getenv("NABLA_GEMM_TUNE");
+    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 6);
+}
+
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
 static void test_overwrite_and_scale(void **state)
 {
@@ -453,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_pytorch_cases),
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_blas_vs_reference),
+        cmocka_unit_test(test_gemm_tuned),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core),
         cmocka_unit_test(test_hand_values),

@@ -24,4 +24,8 @@ nb_status nb_cpu_blas_select_core(const char *coretype);
  * contract as nb_cpu_k_gemm for NB_OP_BMM. Tests check the BLAS path against it. */
 nb_status nb_cpu_gemm_reference(const nb_kargs *a);
 
+/* How many product shapes the gemm kernel has so far given to a library by timing both (see
+ * gemm.c, "choosing the library by timing"): tests check that the timed path ran. */
+int nb_cpu_gemm_tuned_shapes(void);
+
 #endif
