@@ -269,8 +269,29 @@ static void test_gemm_tuned(void **state)
                 compare_paths(1, 256, 256, 256, lays[l], 1, call % 3 == 2 ? 0.5 : 0, NB_FLOAT32);
     }
     NBT_OK(nb_set_num_threads(prev));
+    /* nb_cpu_sgemm, the convolutions' entry: TN (a 1x1 layer's weight gradient) and NT, with a
+     * leading dimension above the width, against a double loop */
+    enum { D = 256, LD = 260 };
+    float *a = malloc(sizeof(float) * D * LD), *b = malloc(sizeof(float) * D * LD), *c = malloc(sizeof(float) * D * LD);
+    assert_true(a && b && c);
+    for (int i = 0; i < D * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
+    for (int tr = 0; tr < 2; tr++)
+        for (int call = 0; call < 7; call++) {
+            char ta = tr ? 'N' : 'T', tb = tr ? 'T' : 'N';
+            assert_int_equal(nb_cpu_sgemm(ta, tb, D, D, D, 1.0f, a, LD, b, LD, 0.0f, c, LD), 0);
+            for (int i = 0; i < D; i += 17)
+                for (int j = 0; j < D; j += 13) {
+                    double want = 0;
+                    for (int p = 0; p < D; p++)
+                        want += (double)(tr ? a[i * LD + p] : a[p * LD + i]) * (double)(tr ? b[j * LD + p] : b[p * LD + j]);
+                    if (fabs(c[i * LD + j] - want) > 1e-4 * (1 + fabs(want)))
+                        fail_msg("nb_cpu_sgemm %c%c call %d: C[%d, %d] = %g, want %g", ta, tb, call, i, j,
+                                 (double)c[i * LD + j], want);
+                }
+        }
+    free(a), free(b), free(c);
     const char *e = getenv("NABLA_GEMM_TUNE");
-    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 6);
+    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 8);
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */

@@ -24,6 +24,13 @@ nb_status nb_cpu_blas_select_core(const char *coretype);
  * contract as nb_cpu_k_gemm for NB_OP_BMM. Tests check the BLAS path against it. */
 nb_status nb_cpu_gemm_reference(const nb_kargs *a);
 
+/* A float32 product for kernels that call sgemm themselves (conv.c's 1x1 and im2col products):
+ * C = alpha op(A) op(B) + beta C, row-major, ta/tb 'N' or 'T', on oneDNN's sgemm, or, where the
+ * gemm kernel chooses libraries by timing (CPUs without AVX-512), on the one timed faster for the
+ * shape. Returns a dnnl_status_t (dnnl_success when OpenBLAS ran). */
+int nb_cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* How many product shapes the gemm kernel has so far given to a library by timing both (see
  * gemm.c, "choosing the library by timing"): tests check that the timed path ran. */
 int nb_cpu_gemm_tuned_shapes(void);

@@ -16,6 +16,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "cpu/blas_impl.h"
 #include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
@@ -233,7 +234,7 @@ static nb_status pointwise_product(const nb_conv_geom *g, const float *x, const 
 {
     int64_t P = g->n * g->h * g->w;
     return nb__dnnl_check("conv2d", "dnnl_sgemm",
-                          dnnl_sgemm('N', 'T', P, g->oc, g->c, 1.0f, x, g->c, ptr(a->in[1]), g->c, 0.0f,
+                          nb_cpu_sgemm('N', 'T', P, g->oc, g->c, 1.0f, x, g->c, ptr(a->in[1]), g->c, 0.0f,
                                      ptr(a->out), g->oc));
 }
 
@@ -246,7 +247,7 @@ static nb_status pointwise_input(const nb_conv_geom *g, const nb_kargs *a)
 {
     int64_t P = g->n * g->h * g->w;
     return nb__dnnl_check("conv2d_backward_input", "dnnl_sgemm",
-                          dnnl_sgemm('N', 'N', P, g->c, g->oc, 1.0f, ptr(a->in[0]), g->oc, ptr(a->in[1]), g->c, 0.0f,
+                          nb_cpu_sgemm('N', 'N', P, g->c, g->oc, 1.0f, ptr(a->in[0]), g->oc, ptr(a->in[1]), g->c, 0.0f,
                                      ptr(a->out), g->c));
 }
 
@@ -269,7 +270,7 @@ static nb_status pointwise_weights(const nb_conv_geom *g, const nb_kargs *a)
     int64_t P = g->n * g->h * g->w, oc = g->oc;
     const float *gy = ptr(a->in[0]), *x = ptr(a->in[1]);
     NB_TRY(nb__dnnl_check("conv2d_backward_weight", "dnnl_sgemm",
-                          dnnl_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
+                          nb_cpu_sgemm('T', 'N', oc, g->c, P, 1.0f, gy, oc, x, g->c, 0.0f, ptr(a->out), g->c)));
     return bias_grad(a, oc);
 }
 
@@ -358,7 +359,7 @@ static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
     for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
         int64_t nn = g->n - n0 < per ? g->n - n0 : per;
         fill_windows(g, x, n0, nn, col);
-        st = nb__dnnl_check(op, "dnnl_sgemm", dnnl_sgemm('T', 'N', oc, kc, nn * pix, 1.0f, gy + n0 * pix * oc, oc, col,
+        st = nb__dnnl_check(op, "dnnl_sgemm", nb_cpu_sgemm('T', 'N', oc, kc, nn * pix, 1.0f, gy + n0 * pix * oc, oc, col,
                                                          kc, n0 ? 1.0f : 0.0f, gt, kc));
     }
     float *gw = ptr(a->out);

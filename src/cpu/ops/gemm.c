@@ -264,6 +264,33 @@ static void tune_record(const tune_key *key, int timed, double sec)
     pthread_mutex_unlock(&g_tune_lock);
 }
 
+static void run_openblas(const gemm_job *j, const float *a, const float *b, float *c)
+{
+    cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
+                (float)j->beta, c, j->ldc);
+}
+
+int nb_cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    bool fits = m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+    gemm_job j = {.dt = NB_FLOAT32, .ta = ta == 'T' ? CblasTrans : CblasNoTrans, .tb = tb == 'T' ? CblasTrans : CblasNoTrans,
+                  .m = (int)m, .n = (int)n, .k = (int)k, .lda = (int)lda, .ldb = (int)ldb, .ldc = (int)ldc,
+                  .alpha = alpha, .beta = beta};
+    tune_key key;
+    int timed = -1, pick = fits ? tune_pick(&j, false, &key, &timed) : 0;
+    double t0 = timed >= 0 ? seconds() : 0;
+    int st = dnnl_success;
+    if (pick == 1) {
+        nb_cpu_blas_init();
+        run_openblas(&j, a, b, c);
+    } else {
+        st = dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+    if (timed >= 0 && st == dnnl_success) tune_record(&key, timed, seconds() - t0);
+    return st;
+}
+
 static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
 {
     size_t es = nb_dtype_size(j->dt);
