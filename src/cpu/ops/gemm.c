@@ -166,7 +166,8 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * So there each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on both: its
  * first call follows the rules (it warms the caches and the pages of C), the next four run
  * OpenBLAS, oneDNN, oneDNN, OpenBLAS, timed, and the library with the smaller total runs every
- * later call in the process. No product is run twice. NABLA_GEMM_TUNE=0 turns this off (the
+ * later call in the process. No product is run twice. NT products of 16-64 rows keep their
+ * transposed route (small_m_nt), which neither library's own call matches. NABLA_GEMM_TUNE=0 turns this off (the
  * rules everywhere), =1 on for every CPU; by default it is on where nb_cpu_avx512() is false. */
 #define TUNE_MIN_FLOPS (1 << 25) /* 2 M N K: about 0.4 ms at 1 thread; smaller ones keep the rules */
 #define TUNE_SLOTS 512
@@ -296,12 +297,12 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     size_t es = nb_dtype_size(j->dt);
     const char *a = j->a.p + i * j->a.sb * (int64_t)es, *b = j->b.p + i * j->b.sb * (int64_t)es;
     char *c = j->c.p + i * j->c.sb * (int64_t)es;
+    /* the transposed route for NT products of few rows is not one of the two timed */
+    if (small_m_nt(j, in_batch_loop) && gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c))
+        return;
     tune_key key;
     int timed, pick = tune_pick(j, in_batch_loop, &key, &timed);
     double t0 = timed >= 0 ? seconds() : 0;
-    if (pick == 0 && small_m_nt(j, in_batch_loop) &&
-        gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c))
-        return;
     bool dnnl = pick == 2 || (pick == 0 && use_dnnl(j, in_batch_loop));
     if (dnnl &&
         dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
