@@ -11,12 +11,14 @@
  * 1 ulp; and, when i0 is not the last dim, blocks of columns of [outer, D, inner] that run the
  * same passes down the columns while reading memory along rows. A NaN in a line makes the whole
  * line NaN, as in PyTorch. The backward takes an AVX-512 pass for contiguous float32 rows of
- * log_softmax (two passes: sum g; g - exp(y) sum), else the reference path.
+ * log_softmax (two passes: sum g; g - exp(y) sum), else the reference path. Without AVX-512
+ * (nb_cpu_avx512) the float32 rows run the same passes as portable loops that the compiler
+ * vectorises (target_clones, unary_math_impl.h's exp, within 2 ulp).
  *   CROSS_ENTROPY           x [N, C], targets t [N] (int64, in range): out[n] = lse(x[n]) - x[n, t],
  *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double)
  *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
  *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row
- * (all contiguous; float32 rows with AVX-512, else in double). */
+ * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). */
 #include <math.h>
 #include <string.h>
 
