@@ -265,31 +265,37 @@ static void tune_record(const tune_key *key, int timed, double sec)
     pthread_mutex_unlock(&g_tune_lock);
 }
 
-static void run_openblas(const gemm_job *j, const float *a, const float *b, float *c)
+/* A float32 product on the library tune_pick gives for it, or, where it gives none, oneDNN when
+ * by_rule says so and OpenBLAS otherwise; the timed calls' seconds are recorded. Returns the
+ * dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
+static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, bool by_rule)
 {
-    cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
-                (float)j->beta, c, j->ldc);
+    tune_key key;
+    int timed, pick = tune_pick(j, in_batch_loop, &key, &timed);
+    double t0 = timed >= 0 ? seconds() : 0;
+    int st = dnnl_success;
+    if (pick == 2 || (pick == 0 && by_rule))
+        st = dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
+                        (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
+    else
+        cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
+                    (float)j->beta, c, j->ldc);
+    if (timed >= 0 && st == dnnl_success) tune_record(&key, timed, seconds() - t0);
+    return st;
 }
 
 int nb_cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    bool fits = m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
-    gemm_job j = {.dt = NB_FLOAT32, .ta = ta == 'T' ? CblasTrans : CblasNoTrans, .tb = tb == 'T' ? CblasTrans : CblasNoTrans,
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX)
+        return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    nb_cpu_blas_init();
+    gemm_job j = {.dt = NB_FLOAT32,
+                  .ta = ta == 'T' ? CblasTrans : CblasNoTrans,
+                  .tb = tb == 'T' ? CblasTrans : CblasNoTrans,
                   .m = (int)m, .n = (int)n, .k = (int)k, .lda = (int)lda, .ldb = (int)ldb, .ldc = (int)ldc,
                   .alpha = alpha, .beta = beta};
-    tune_key key;
-    int timed = -1, pick = fits ? tune_pick(&j, false, &key, &timed) : 0;
-    double t0 = timed >= 0 ? seconds() : 0;
-    int st = dnnl_success;
-    if (pick == 1) {
-        nb_cpu_blas_init();
-        run_openblas(&j, a, b, c);
-    } else {
-        st = dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    }
-    if (timed >= 0 && st == dnnl_success) tune_record(&key, timed, seconds() - t0);
-    return st;
+    return sgemm_run(&j, a, b, c, false, true);
 }
 
 static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
@@ -300,24 +306,16 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     /* the transposed route for NT products of few rows is not one of the two timed */
     if (small_m_nt(j, in_batch_loop) && gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c))
         return;
-    tune_key key;
-    int timed, pick = tune_pick(j, in_batch_loop, &key, &timed);
-    double t0 = timed >= 0 ? seconds() : 0;
-    bool dnnl = pick == 2 || (pick == 0 && use_dnnl(j, in_batch_loop));
-    if (dnnl &&
-        dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
-                   (float)j->alpha, (const float *)a, j->lda, (const float *)b, j->ldb, (float)j->beta, (float *)c,
-                   j->ldc) == dnnl_success) {
-        if (timed >= 0) tune_record(&key, timed, seconds() - t0);
+    if (j->dt == NB_FLOAT32) {
+        /* a failed oneDNN call (nothing written) falls back to OpenBLAS */
+        if (sgemm_run(j, (const float *)a, (const float *)b, (float *)c, in_batch_loop, use_dnnl(j, in_batch_loop)) !=
+            dnnl_success)
+            cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
+                        (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc);
         return;
     }
-    if (j->dt == NB_FLOAT32)
-        cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
-                    (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc);
-    else
-        cblas_dgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, j->alpha, (const double *)a, j->lda,
-                    (const double *)b, j->ldb, j->beta, (double *)c, j->ldc);
-    if (timed >= 0) tune_record(&key, timed, seconds() - t0);
+    cblas_dgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, j->alpha, (const double *)a, j->lda,
+                (const double *)b, j->ldb, j->beta, (double *)c, j->ldc);
 }
 
 static void gemm_batches(const gemm_job *j, int64_t batch)

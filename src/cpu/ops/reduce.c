@@ -388,8 +388,6 @@ __attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, 
         for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
 }
 
-/* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
-static bool have_avx512(void) { return nb_cpu_avx512(); }
 #endif
 
 /* The plain loops below are written for the vectoriser (8 independent partial results), and
@@ -437,8 +435,8 @@ RUN_FN(run_f64, double)
 static double run_f32(fop f, const float *x, int64_t n, double shift)
 {
 #if defined(__x86_64__)
-    if (f == F_ADD && have_avx512()) return sum_f32_avx512(x, n);
-    if ((f == F_MAX || f == F_MIN) && n > 0 && have_avx512()) return extreme_f32_avx512(x, n, f == F_MAX ? 1 : -1);
+    if (f == F_ADD && nb_cpu_avx512()) return sum_f32_avx512(x, n);
+    if ((f == F_MAX || f == F_MIN) && n > 0 && nb_cpu_avx512()) return extreme_f32_avx512(x, n, f == F_MAX ? 1 : -1);
 #endif
     return run_f32_generic(f, x, n, shift);
 }
@@ -590,7 +588,7 @@ static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, i
     int64_t rb = cw * c->es;
     int nrows = 0, maxrows = rb <= 256 || rb >= 8192 ? 8 : 1;
 #if defined(__x86_64__)
-    bool avx = c->f32 && c->f == F_ADD && have_avx512();
+    bool avx = c->f32 && c->f == F_ADD && nb_cpu_avx512();
 #else
     bool avx = false;
 #endif

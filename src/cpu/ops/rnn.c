@@ -13,8 +13,8 @@
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
- * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of the batch are split across
- * threads, one per 2^13 cells of a step. */
+ * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
+ * the batch are split across threads, one per 2^13 cells of a step. */
 #include <math.h>
 #include <string.h>
 
@@ -36,46 +36,42 @@ typedef struct cell_ptrs {
 
 /* ---- float64 rows -------------------------------------------------------------------------- */
 
-#define FWD_ROW(NAME, T_, EXP, TANH)                                                              \
-    static void NAME(const cell_ptrs *p, int64_t b)                                               \
-    {                                                                                             \
-        int64_t H = p->H, BH = p->B * H;                                                          \
-        const T_ *x = (const T_ *)p->xp + b * 4 * H;                                              \
-        T_ *a = (T_ *)p->act + b * 4 * H, *Y = (T_ *)p->y;                                         \
-        const T_ *cp = Y + (p->T + 1) * BH + p->t * BH + b * H;                                    \
-        T_ *hn = Y + (p->t + 1) * BH + b * H, *cn = Y + (p->T + 1 + p->t + 1) * BH + b * H;         \
-        for (int64_t j = 0; j < 4 * H; j++) {                                                     \
-            T_ z = x[j] + (p->flag ? a[j] : 0);                                                   \
-            a[j] = j >= 2 * H && j < 3 * H ? TANH(z) : 1 / (1 + EXP(-z));                         \
-        }                                                                                         \
-        for (int64_t j = 0; j < H; j++) {                                                         \
-            T_ c = a[H + j] * cp[j] + a[j] * a[2 * H + j];                                        \
-            cn[j] = c;                                                                            \
-            hn[j] = a[3 * H + j] * TANH(c);                                                       \
-        }                                                                                         \
+static void fwd_row_f64(const cell_ptrs *p, int64_t b)
+{
+    int64_t H = p->H, BH = p->B * H;
+    const double *x = (const double *)p->xp + b * 4 * H;
+    double *a = (double *)p->act + b * 4 * H, *Y = (double *)p->y;
+    const double *cp = Y + (p->T + 1) * BH + p->t * BH + b * H;
+    double *hn = Y + (p->t + 1) * BH + b * H, *cn = Y + (p->T + 1 + p->t + 1) * BH + b * H;
+    for (int64_t j = 0; j < 4 * H; j++) {
+        double z = x[j] + (p->flag ? a[j] : 0);
+        a[j] = j >= 2 * H && j < 3 * H ? tanh(z) : 1 / (1 + exp(-z));
     }
-FWD_ROW(fwd_row_f64, double, exp, tanh)
+    for (int64_t j = 0; j < H; j++) {
+        double c = a[H + j] * cp[j] + a[j] * a[2 * H + j];
+        cn[j] = c;
+        hn[j] = a[3 * H + j] * tanh(c);
+    }
+}
 
-#define BWD_ROW(NAME, T_, TANH)                                                                   \
-    static void NAME(const cell_ptrs *p, int64_t b)                                               \
-    {                                                                                             \
-        int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH;                                     \
-        const T_ *a = (const T_ *)p->act + b * 4 * H, *Y = (const T_ *)p->y, *G = (const T_ *)p->g; \
-        const T_ *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;           \
-        const T_ *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;        \
-        T_ *d = (T_ *)p->out + b * 4 * H, *dh = (T_ *)p->dhc + b * H, *dc = dh + BH;              \
-        for (int64_t j = 0; j < H; j++) {                                                         \
-            T_ i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];                        \
-            T_ h = dh[j] + gh[j], tc = TANH(c[j]);                                                \
-            T_ cc = dc[j] + gc[j] + h * o * (1 - tc * tc);                                        \
-            d[j] = cc * g * i * (1 - i);                                                          \
-            d[H + j] = cc * cp[j] * f * (1 - f);                                                  \
-            d[2 * H + j] = cc * i * (1 - g * g);                                                  \
-            d[3 * H + j] = h * tc * o * (1 - o);                                                  \
-            dc[j] = cc * f;                                                                       \
-        }                                                                                         \
+static void bwd_row_f64(const cell_ptrs *p, int64_t b)
+{
+    int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH;
+    const double *a = (const double *)p->act + b * 4 * H, *Y = (const double *)p->y, *G = (const double *)p->g;
+    const double *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;
+    const double *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;
+    double *d = (double *)p->out + b * 4 * H, *dh = (double *)p->dhc + b * H, *dc = dh + BH;
+    for (int64_t j = 0; j < H; j++) {
+        double i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+        double h = dh[j] + gh[j], tc = tanh(c[j]);
+        double cc = dc[j] + gc[j] + h * o * (1 - tc * tc);
+        d[j] = cc * g * i * (1 - i);
+        d[H + j] = cc * cp[j] * f * (1 - f);
+        d[2 * H + j] = cc * i * (1 - g * g);
+        d[3 * H + j] = h * tc * o * (1 - o);
+        dc[j] = cc * f;
     }
-BWD_ROW(bwd_row_f64, double, tanh)
+}
 
 /* ---- float32 rows without AVX-512 ------------------------------------------------------------ */
 
@@ -211,7 +207,6 @@ __attribute__((target("avx512f"))) static void bwd_row_avx512(const cell_ptrs *p
     }
 }
 
-static bool have_avx512(void) { return nb_cpu_avx512(); }
 #endif
 
 /* ---- entry ----------------------------------------------------------------------------------- */
@@ -222,7 +217,7 @@ static row_fn pick(bool fwd, nb_dtype dt)
 {
     if (dt == NB_FLOAT64) return fwd ? fwd_row_f64 : bwd_row_f64;
 #if defined(__x86_64__)
-    if (have_avx512()) return fwd ? fwd_row_avx512 : bwd_row_avx512;
+    if (nb_cpu_avx512()) return fwd ? fwd_row_avx512 : bwd_row_avx512;
 #endif
     return fwd ? fwd_row_f32 : bwd_row_f32;
 }

@@ -173,8 +173,6 @@ __attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const
     }
 }
 
-/* libgcc reads CPUID (and the OS's saved-state mask) once at startup: this is a load. */
-static bool have_avx512(void) { return nb_cpu_avx512(); }
 #endif
 
 #if defined(__x86_64__)
@@ -351,7 +349,7 @@ NB_VEC_CLONES static void expsub_f32_vec(float *e, const float *x, const float *
 static void expsub_f32(float *e, const float *x, const float *m, int64_t n)
 {
 #if defined(__x86_64__)
-    if (have_avx512()) {
+    if (nb_cpu_avx512()) {
         expsub_f32_avx512(e, x, m, n);
         return;
     }
@@ -426,11 +424,8 @@ static nb_status forward(nb_op op, const nb_kargs *a)
     char *ob = nb__data(out);
     const char *ib = nb__data(in);
     if (out->dtype == NB_FLOAT32 && rows) {
-#if defined(__x86_64__)
-        bool v512 = have_avx512();
-#else
-        bool v512 = false;
-#endif
+        bool v512 = nb_cpu_avx512();
+        (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
             const float *x = (const float *)ib + r * l.D;
@@ -471,11 +466,8 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1 && nb__is_contiguous(out) &&
                 nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
     if (f32 && lg && rows) {
-#if defined(__x86_64__)
-        bool v512 = have_avx512();
-#else
-        bool v512 = false;
-#endif
+        bool v512 = nb_cpu_avx512();
+        (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
             const float *g = (const float *)gb + r * l.D, *y = (const float *)yb + r * l.D;
@@ -537,11 +529,8 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
     const char *xb = nb__data(a->in[0]);
     const int64_t *tg = (const int64_t *)nb__data(a->in[fwd ? 1 : 2]);
     char *ob = nb__data(a->out), *rb = fwd ? nb__data(a->out2) : (char *)nb__data(a->in[1]);
-#if defined(__x86_64__)
-    bool vec = f32 && have_avx512();
-#else
-    bool vec = false;
-#endif
+    bool vec = f32 && nb_cpu_avx512();
+    (void)vec; /* read on x86-64 only */
     int nt = nb_cpu_threads_for(N * C, 0);
     bool stream = !fwd && nb_cpu_streams_output(N * C * (int64_t)es);
     (void)stream; /* read on x86-64 only */

@@ -245,11 +245,7 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
     return NB_OK;
 }
 
-static bool have_avx512(void) { return nb_cpu_avx512(); }
-
 #else /* not x86-64: never chosen */
-
-static bool have_avx512(void) { return false; }
 
 nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
@@ -267,6 +263,6 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
  * 0.95x on the first three). */
 bool nb__stem_applies(const nb_conv_geom *g)
 {
-    return g->cl && have_avx512() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 &&
+    return g->cl && nb_cpu_avx512() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 &&
            g->dw == 1;
 }

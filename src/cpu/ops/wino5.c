@@ -496,11 +496,7 @@ nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, con
     return weights_pass(&wg, gy, x, gw, gb);
 }
 
-static bool have_avx512(void) { return nb_cpu_avx512(); }
-
 #else /* not x86-64: never chosen */
-
-static bool have_avx512(void) { return false; }
 
 nb_status nb__wino5_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                             float *y)
@@ -537,7 +533,7 @@ nb_status nb__wino5_backward_weights(const nb_conv_geom *g, const float *gy, con
 
 bool nb__wino5_applies(const nb_conv_geom *g, nb_conv_algo algo)
 {
-    if (algo == NB_CONV_ALGO_DIRECT || !g->cl || !have_avx512()) return false;
+    if (algo == NB_CONV_ALGO_DIRECT || !g->cl || !nb_cpu_avx512()) return false;
     if (g->kh != 5 || g->kw != 5 || g->sh != 1 || g->sw != 1 || g->ph != 2 || g->pw != 2 || g->dh != 1 ||
         g->dw != 1 || g->groups != 1 || g->oh != g->h || g->ow != g->w)
         return false;
