@@ -54,25 +54,6 @@ static void fwd_row_f64(const cell_ptrs *p, int64_t b)
     }
 }
 
-static void bwd_row_f64(const cell_ptrs *p, int64_t b)
-{
-    int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH;
-    const double *a = (const double *)p->act + b * 4 * H, *Y = (const double *)p->y, *G = (const double *)p->g;
-    const double *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;
-    const double *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;
-    double *d = (double *)p->out + b * 4 * H, *dh = (double *)p->dhc + b * H, *dc = dh + BH;
-    for (int64_t j = 0; j < H; j++) {
-        double i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
-        double h = dh[j] + gh[j], tc = tanh(c[j]);
-        double cc = dc[j] + gc[j] + h * o * (1 - tc * tc);
-        d[j] = cc * g * i * (1 - i);
-        d[H + j] = cc * cp[j] * f * (1 - f);
-        d[2 * H + j] = cc * i * (1 - g * g);
-        d[3 * H + j] = h * tc * o * (1 - o);
-        dc[j] = cc * f;
-    }
-}
-
 /* ---- float32 rows without AVX-512 ------------------------------------------------------------ */
 
 /* unary_math_impl.h's branch-free sigmoid and tanh (2 ulp) in loops the compiler vectorises, with
@@ -104,25 +85,30 @@ NB_VEC_CLONES static void fwd_row_f32(const cell_ptrs *p, int64_t b)
     }
 }
 
-NB_VEC_CLONES static void bwd_row_f32(const cell_ptrs *p, int64_t b)
-{
-    int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH;
-    const float *a = (const float *)p->act + b * 4 * H, *Y = (const float *)p->y, *G = (const float *)p->g;
-    const float *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;
-    const float *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;
-    float *d = (float *)p->out + b * 4 * H, *dh = (float *)p->dhc + b * H, *dc = dh + BH;
-#pragma omp simd
-    for (int64_t j = 0; j < H; j++) {
-        float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
-        float h = dh[j] + gh[j], tc = nb_vtanhf(c[j]);
-        float cc = dc[j] + gc[j] + h * o * (1 - tc * tc);
-        d[j] = cc * g * i * (1 - i);
-        d[H + j] = cc * cp[j] * f * (1 - f);
-        d[2 * H + j] = cc * i * (1 - g * g);
-        d[3 * H + j] = h * tc * o * (1 - o);
-        dc[j] = cc * f;
+/* The backward row, float64 with libm's tanh and float32 with the vectorised one (ATTR: the
+ * float32 row's clones). */
+#define BWD_ROW(NAME, T_, TANH, ATTR)                                                             \
+    ATTR static void NAME(const cell_ptrs *p, int64_t b)                                          \
+    {                                                                                             \
+        int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH;                                     \
+        const T_ *a = (const T_ *)p->act + b * 4 * H, *Y = (const T_ *)p->y, *G = (const T_ *)p->g; \
+        const T_ *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;           \
+        const T_ *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;        \
+        T_ *d = (T_ *)p->out + b * 4 * H, *dh = (T_ *)p->dhc + b * H, *dc = dh + BH;              \
+        _Pragma("omp simd") for (int64_t j = 0; j < H; j++)                                       \
+        {                                                                                         \
+            T_ i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];                        \
+            T_ h = dh[j] + gh[j], tc = TANH(c[j]);                                                \
+            T_ cc = dc[j] + gc[j] + h * o * (1 - tc * tc);                                        \
+            d[j] = cc * g * i * (1 - i);                                                          \
+            d[H + j] = cc * cp[j] * f * (1 - f);                                                  \
+            d[2 * H + j] = cc * i * (1 - g * g);                                                  \
+            d[3 * H + j] = h * tc * o * (1 - o);                                                  \
+            dc[j] = cc * f;                                                                       \
+        }                                                                                         \
     }
-}
+BWD_ROW(bwd_row_f64, double, tanh, )
+BWD_ROW(bwd_row_f32, float, nb_vtanhf, NB_VEC_CLONES)
 
 /* ---- float32 rows with AVX-512 --------------------------------------------------------------- */
 
