@@ -14,16 +14,14 @@
  * tests check the BLAS path against (nb_cpu_gemm_reference). */
 #include <cblas.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
 #include "cpu/blas_impl.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/tune_impl.h"
 
 /* Below this many multiply-adds per matrix, batches run on separate threads with OpenBLAS on one
  * thread each (OpenBLAS runs single-threaded inside a parallel region); above, batches run one
@@ -165,114 +163,38 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * TN 26752x2048x64 132 / 87 against 94 / 50; NN 4480x256x1024 44 / 16 against 31 / 16.
  * So there each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on both: its
  * first call follows the rules (it warms the caches and the pages of C), the next four run
- * OpenBLAS, oneDNN, oneDNN, OpenBLAS, timed, and the library with the smaller total runs every
+ * OpenBLAS, oneDNN, oneDNN, OpenBLAS, timed, and the library with the shorter best time runs every
  * later call in the process. No product is run twice. NT products of 16-64 rows keep their
  * transposed route (small_m_nt), which neither library's own call matches. NABLA_GEMM_TUNE=0 turns this off (the
- * rules everywhere), =1 on for every CPU; by default it is on where nb_cpu_avx512() is false. */
+ * rules everywhere), =1 on for every CPU; by default it is on where nb_cpu_avx512() is false
+ * (the table and the timing are src/cpu/tune.c's). */
 #define TUNE_MIN_FLOPS (1 << 25) /* 2 M N K: about 0.4 ms at 1 thread; smaller ones keep the rules */
-#define TUNE_SLOTS 512
-#define TUNE_CALLS 5 /* the first call, then the four timed ones */
 
-typedef struct tune_key {
-    int ta, tb, m, n, k, lda, ldb, ldc, threads;
-} tune_key;
-
-static struct tune_slot {
-    tune_key key;
-    int seen;    /* calls so far, up to TUNE_CALLS; 0: empty slot */
-    double t[2]; /* seconds timed: OpenBLAS, oneDNN */
-} g_tune[TUNE_SLOTS];
-static pthread_mutex_t g_tune_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int g_tune_on = -1; /* -1 until the environment is read */
-
-static bool tune_enabled(void)
-{
-    int on = atomic_load_explicit(&g_tune_on, memory_order_relaxed);
-    if (on < 0) { /* two threads may both read the environment: same answer */
-        const char *e = getenv("NABLA_GEMM_TUNE");
-        on = e && *e ? strcmp(e, "0") != 0 : !nb_cpu_avx512();
-        atomic_store_explicit(&g_tune_on, on, memory_order_relaxed);
-    }
-    return on != 0;
-}
-
-static uint32_t tune_hash(const tune_key *k)
-{
-    const int *w = (const int *)k;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < sizeof *k / sizeof(int); i++) h = (h ^ (uint32_t)w[i]) * 16777619u;
-    return h;
-}
-
-/* The slot of key (its own or the empty one where it belongs); NULL when the table is full. */
-static struct tune_slot *tune_slot(const tune_key *k)
-{
-    uint32_t h = tune_hash(k);
-    for (int i = 0; i < TUNE_SLOTS; i++) {
-        struct tune_slot *s = &g_tune[(h + (uint32_t)i) % TUNE_SLOTS];
-        if (!s->seen || memcmp(&s->key, k, sizeof *k) == 0) return s;
-    }
-    return NULL;
-}
-
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+/* ways: 1 = OpenBLAS, 2 = oneDNN */
+static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", 5, 0, 1, 2, 2, 1);
 
 /* The library for this call of a product: 0 = the rules (not a product to tune, or its first
- * call), 1 = OpenBLAS, 2 = oneDNN; *timed: which t[] this call's seconds go to, or -1. */
-static int tune_pick(const gemm_job *j, bool in_batch_loop, tune_key *key, int *timed)
+ * call), 1 = OpenBLAS, 2 = oneDNN; *timed as nb_cpu_tune_pick's. */
+static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_KEY], int *timed)
 {
     *timed = -1;
-    if (j->dt != NB_FLOAT32 || in_batch_loop || !nb__dnnl_enabled() || 2.0 * j->m * j->n * j->k < TUNE_MIN_FLOPS ||
-        !tune_enabled())
+    if (j->dt != NB_FLOAT32 || in_batch_loop || !nb__dnnl_enabled() || 2.0 * j->m * j->n * j->k < TUNE_MIN_FLOPS)
         return 0;
-    *key = (tune_key){(int)j->ta, (int)j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
-    int pick = 0;
-    pthread_mutex_lock(&g_tune_lock);
-    struct tune_slot *s = tune_slot(key);
-    if (s && !s->seen) {
-        s->key = *key;
-        s->seen = 1;
-    } else if (s && s->seen < TUNE_CALLS) {
-        static const int order[TUNE_CALLS] = {0, 1, 2, 2, 1}; /* by the call's number */
-        pick = order[s->seen++];
-        *timed = pick - 1;
-    } else if (s) {
-        pick = s->t[1] < s->t[0] ? 2 : 1;
-    }
-    pthread_mutex_unlock(&g_tune_lock);
-    return pick;
+    int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
+    memcpy(key, k, sizeof k);
+    return nb_cpu_tune_pick(&g_tuner, key, timed);
 }
 
-int nb_cpu_gemm_tuned_shapes(void)
-{
-    int n = 0;
-    pthread_mutex_lock(&g_tune_lock);
-    for (int i = 0; i < TUNE_SLOTS; i++) n += g_tune[i].seen == TUNE_CALLS;
-    pthread_mutex_unlock(&g_tune_lock);
-    return n;
-}
-
-static void tune_record(const tune_key *key, int timed, double sec)
-{
-    pthread_mutex_lock(&g_tune_lock);
-    struct tune_slot *s = tune_slot(key);
-    if (s && s->seen) s->t[timed] += sec;
-    pthread_mutex_unlock(&g_tune_lock);
-}
+int nb_cpu_gemm_tuned_shapes(void) { return nb_cpu_tune_settled(&g_tuner); }
 
 /* A float32 product on the library tune_pick gives for it, or, where it gives none, oneDNN when
  * by_rule says so and OpenBLAS otherwise; the timed calls' seconds are recorded. Returns the
  * dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
 static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, bool by_rule)
 {
-    tune_key key;
-    int timed, pick = tune_pick(j, in_batch_loop, &key, &timed);
-    double t0 = timed >= 0 ? seconds() : 0;
+    int64_t key[NB_TUNE_KEY];
+    int timed, pick = tune_pick(j, in_batch_loop, key, &timed);
+    double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     int st = dnnl_success;
     if (pick == 2 || (pick == 0 && by_rule))
         st = dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
@@ -280,7 +202,7 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     else
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
                     (float)j->beta, c, j->ldc);
-    if (timed >= 0 && st == dnnl_success) tune_record(&key, timed, seconds() - t0);
+    if (timed >= 0 && st == dnnl_success) nb_cpu_tune_record(&g_tuner, key, timed, nb_cpu_seconds() - t0);
     return st;
 }
 

@@ -1,0 +1,106 @@
+/* Choosing between two ways of running a problem by timing both: an open-addressed table of
+ * problems behind one mutex per client (see tune_impl.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/cpu_impl.h"
+#include "cpu/tune_impl.h"
+
+bool nb_cpu_tune_enabled(nb_tuner *t)
+{
+    int on = atomic_load_explicit(&t->on, memory_order_relaxed);
+    if (on < 0) { /* two threads may both read the environment: same answer */
+        const char *e = getenv(t->env);
+        on = e && *e ? strcmp(e, "0") != 0 : !nb_cpu_avx512();
+        atomic_store_explicit(&t->on, on, memory_order_relaxed);
+    }
+    return on != 0;
+}
+
+static uint32_t key_hash(const int64_t *k)
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < NB_TUNE_KEY; i++) h = (h ^ (uint32_t)(k[i] ^ (k[i] >> 32))) * 16777619u;
+    return h;
+}
+
+/* The slot of key (its own or the empty one where it belongs); NULL when the table is full.
+ * Called with the lock held. */
+static nb_tune_slot *slot_of(nb_tuner *t, const int64_t *k)
+{
+    uint32_t h = key_hash(k);
+    for (int i = 0; i < NB_TUNE_SLOTS; i++) {
+        nb_tune_slot *s = &t->slots[(h + (uint32_t)i) % NB_TUNE_SLOTS];
+        if (!s->seen || memcmp(s->key, k, sizeof s->key) == 0) return s;
+    }
+    return NULL;
+}
+
+/* NABLA_TUNE_LOG=1: each settled problem on stderr (its key, the two best times, the choice). */
+static void log_settled(const nb_tuner *t, const nb_tune_slot *s)
+{
+    static atomic_int log_on = -1;
+    int on = atomic_load_explicit(&log_on, memory_order_relaxed);
+    if (on < 0) {
+        const char *e = getenv("NABLA_TUNE_LOG");
+        on = e && *e && strcmp(e, "0") != 0;
+        atomic_store_explicit(&log_on, on, memory_order_relaxed);
+    }
+    if (!on) return;
+    char key[NB_TUNE_KEY * 21 + 1];
+    int len = 0, last = NB_TUNE_KEY;
+    while (last > 1 && s->key[last - 1] == 0) last--;
+    for (int i = 0; i < last && len < (int)sizeof key; i++)
+        len += snprintf(key + len, sizeof key - (size_t)len, "%s%lld", i ? "," : "", (long long)s->key[i]);
+    fprintf(stderr, "nabla: %s tuned [%s]: way 1 %.3f ms, way 2 %.3f ms: way %d\n", t->env, key, 1e3 * s->t[0],
+            1e3 * s->t[1], s->t[1] < s->t[0] ? 2 : 1);
+}
+
+int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int *timed)
+{
+    *timed = -1;
+    if (!nb_cpu_tune_enabled(t)) return 0;
+    int pick = 0;
+    pthread_mutex_lock(&t->lock);
+    nb_tune_slot *s = slot_of(t, key);
+    if (s && !s->seen) memcpy(s->key, key, sizeof s->key);
+    if (s && s->seen < t->calls) {
+        int step = t->schedule[s->seen++];
+        pick = abs(step);
+        if (step > 0) *timed = step - 1;
+    } else if (s) {
+        if (s->seen == t->calls) { /* the first call after the schedule */
+            s->seen++;
+            log_settled(t, s);
+        }
+        pick = s->t[1] < s->t[0] ? 2 : 1;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return pick;
+}
+
+void nb_cpu_tune_record(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int timed, double sec)
+{
+    pthread_mutex_lock(&t->lock);
+    nb_tune_slot *s = slot_of(t, key);
+    if (s && s->seen && (s->t[timed] == 0 || sec < s->t[timed])) s->t[timed] = sec;
+    pthread_mutex_unlock(&t->lock);
+}
+
+int nb_cpu_tune_settled(nb_tuner *t)
+{
+    int n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (int i = 0; i < NB_TUNE_SLOTS; i++) n += t->slots[i].seen >= t->calls;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+double nb_cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
