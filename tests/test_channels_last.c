@@ -1,8 +1,9 @@
 /* Channels-last memory format: nb_contiguous_format's layout checked element by element against
  * the NHWC index formula, its gradient, the errors; elementwise results keeping a channels-last
  * input's layout with the values of the contiguous computation; conv2d on channels-last inputs
- * against PyTorch's values (tests/ref/cases_nn.py), on oneDNN's NHWC kernels and on the
- * reference loops, with the result and the input gradient channels-last. */
+ * against PyTorch's values (tests/ref/cases_nn.py), on oneDNN's NHWC kernels, on the products
+ * over windows and on the reference loops, with the result and the input gradient
+ * channels-last; the windows routes in pieces, and the route tuner. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,12 +181,14 @@ static void test_elementwise_keeps_layout(void **state)
 /* conv2d cases of tests/ref/cases_nn.py with the input made channels-last: PyTorch's output and
  * gradients, the output and the input's gradient channels-last. float32 runs both oneDNN's NHWC
  * kernels and the reference loops; float64 the reference loops. */
-static int run_conv_cases(bool dnnl)
+static int run_conv_cases(bool dnnl, nb_conv_route route)
 {
     nb_tensor_map *m = nbt_load_ref("nn");
     char **names;
     int n = nbt_case_names(m, &names), checked = 0;
     nb__dnnl_set_enabled(dnnl);
+    nb__conv_set_route(route);
+    const char *how = !dnnl ? ", reference loops" : route == NB_CONV_ROUTE_WINDOWS ? ", windows" : "";
     for (int i = 0; i < n; i++) {
         if (!strstr(names[i], "conv")) continue;
         nb_scope *sc = nb_scope_begin();
@@ -215,14 +218,14 @@ static int run_conv_cases(bool dnnl)
         bool f64 = nb_tensor_dtype(out) == NB_FLOAT64;
         double rtol = f64 ? 1e-10 : 1e-4, atol = f64 ? 1e-12 : 1e-5;
         char what[256];
-        snprintf(what, sizeof what, "%s (channels-last%s): out", names[i], dnnl ? "" : ", reference loops");
+        snprintf(what, sizeof what, "%s (channels-last%s): out", names[i], how);
         nbt_assert_close(out, nbt_ref(m, names[i], "out"), rtol, atol, what);
         assert_true(is_cl(out));
         NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, names[i], "gout")), NB_BACKWARD_DEFAULT));
         for (int k = 0; k < nin; k++) {
             char key[16];
             snprintf(key, sizeof key, "grad%d", k);
-            snprintf(what, sizeof what, "%s (channels-last%s): %s", names[i], dnnl ? "" : ", reference loops", key);
+            snprintf(what, sizeof what, "%s (channels-last%s): %s", names[i], how, key);
             nb_tensor *g = NBT_CHECK(nb_tensor_grad(leaves[k]));
             nbt_assert_close(g, NBT_CHECK(nbt_ref(m, names[i], key)), rtol, atol, what);
         }
@@ -231,15 +234,23 @@ static int run_conv_cases(bool dnnl)
         nb_scope_end(sc);
     }
     nb__dnnl_set_enabled(true);
+    nb__conv_set_route(NB_CONV_ROUTE_AUTO);
     nbt_free_names(names, n);
     nb_tensor_map_free(m);
     return checked;
 }
 
+/* Each case on oneDNN by the rules, on the products over windows (forward, input gradient at
+ * stride 1, weight gradient, where the case is ungrouped with more than one tap), and on the
+ * reference loops. */
 static void test_conv_pytorch_cases(void **state)
 {
-    assert_true(run_conv_cases(true) >= 10);
-    assert_true(run_conv_cases(false) >= 10);
+    assert_true(run_conv_cases(true, NB_CONV_ROUTE_RULES) >= 10);
+    unsigned long long before = nb__conv_windows_runs();
+    assert_true(run_conv_cases(true, NB_CONV_ROUTE_WINDOWS) >= 10);
+    unsigned long long runs = nb__conv_windows_runs() - before;
+    if (runs < 10) fail_msg("the windows routes ran %llu times", runs);
+    assert_true(run_conv_cases(false, NB_CONV_ROUTE_AUTO) >= 10);
 }
 
 /* Convolution layers chained on a channels-last input: every result stays channels-last, and
@@ -294,6 +305,88 @@ static void test_strided_weight_grad_pieces(void **state)
     nb_scope_end(s);
 }
 
+/* One convolution's output and its three gradients (input, weight, bias), float32 channels-last
+ * on the route given, or float64 on the reference loops; gy is the upstream gradient. */
+static void conv_all(nb_tensor *x, nb_tensor *w, nb_tensor *b, nb_tensor *gy, const nb_conv2d_params *p, bool f64,
+                     nb_tensor *out[4])
+{
+    nb_tensor *xi = NBT_CHECK(nbt_leaf(NBT_CHECK(nb_contiguous_format(f64 ? NBT_CHECK(nb_to_dtype(x, NB_FLOAT64)) : x,
+                                                                      NB_CHANNELS_LAST))));
+    nb_tensor *wi = NBT_CHECK(nbt_leaf(f64 ? NBT_CHECK(nb_to_dtype(w, NB_FLOAT64)) : w));
+    nb_tensor *bi = NBT_CHECK(nbt_leaf(f64 ? NBT_CHECK(nb_to_dtype(b, NB_FLOAT64)) : b));
+    nb_tensor *y = NBT_CHECK(nb_conv2d(xi, wi, bi, p));
+    assert_true(is_cl(y));
+    NBT_OK(nb_backward(y, f64 ? NBT_CHECK(nb_to_dtype(gy, NB_FLOAT64)) : gy, NB_BACKWARD_DEFAULT));
+    nb_tensor *r[4] = {y, NBT_CHECK(nb_tensor_grad(xi)), NBT_CHECK(nb_tensor_grad(wi)), NBT_CHECK(nb_tensor_grad(bi))};
+    assert_true(is_cl(r[1]));
+    for (int k = 0; k < 4; k++) out[k] = f64 ? r[k] : NBT_CHECK(nb_to_dtype(r[k], NB_FLOAT64));
+}
+
+/* The windows routes on layers large enough that the windows are copied in pieces: x [3, 32,
+ * 70, 70] and 48 output channels, 3x3, stride 1, padding 1 (and dilation 2, padding 2): the
+ * forward's windows are 4,900 x 288 floats an image (two images, then one), the input
+ * gradient's 4,900 x 432 (one at a time). Bias and fused ReLU included; against float64 on the
+ * reference loops. */
+static void test_windows_routes_in_pieces(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = randn4(3, 32, 70, 70), *w = randn4(48, 32, 3, 3);
+    nb_tensor *b = NBT_CHECK(nb_randn((int64_t[]){48}, 1, NULL));
+    const char *names[4] = {"out", "input gradient", "weight gradient", "bias gradient"};
+    for (int dil = 1; dil <= 2; dil++) {
+        nb_conv2d_params p = {
+            .stride = {1, 1}, .padding = {dil, dil}, .dilation = {dil, dil}, .groups = 1, .relu = true};
+        nb_tensor *gy = NBT_CHECK(nb_contiguous_format(randn4(3, 48, 70, 70), NB_CHANNELS_LAST));
+        nb_tensor *want[4], *got[4];
+        conv_all(x, w, b, gy, &p, true, want);
+        unsigned long long before = nb__conv_windows_runs();
+        nb__conv_set_route(NB_CONV_ROUTE_WINDOWS);
+        conv_all(x, w, b, gy, &p, false, got);
+        nb__conv_set_route(NB_CONV_ROUTE_AUTO);
+        assert_int_equal(nb__conv_windows_runs() - before, 3);
+        for (int k = 0; k < 4; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "windows, dilation %d: %s", dil, names[k]);
+            nbt_assert_close(got[k], want[k], 1e-4, k == 1 ? 1e-3 : 1e-2, what);
+        }
+    }
+    nb_scope_end(s);
+}
+
+/* The route tuner: where it is on (NABLA_CONV_TUNE=1 in the *_portable run, and by default on
+ * CPUs without AVX-512), a layer's forward, input and weight gradients each settle after their
+ * timed calls; every call, timed or not, on whichever route, gives the rules' values to float32
+ * rounding. */
+static void test_route_tuner(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *x = randn4(4, 32, 28, 28), *w = randn4(64, 32, 3, 3);
+    nb_tensor *b = NBT_CHECK(nb_randn((int64_t[]){64}, 1, NULL));
+    nb_tensor *gy = NBT_CHECK(nb_contiguous_format(randn4(4, 64, 28, 28), NB_CHANNELS_LAST));
+    nb_conv2d_params p = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    nb_tensor *want[4], *got[4];
+    nb__conv_set_route(NB_CONV_ROUTE_RULES);
+    conv_all(x, w, b, gy, &p, false, want);
+    nb__conv_set_route(NB_CONV_ROUTE_AUTO);
+    int settled = nb__conv_tuned_problems();
+    unsigned long long before = nb__conv_windows_runs();
+    for (int call = 0; call < 8; call++) {
+        nb_scope *sc = nb_scope_begin();
+        conv_all(x, w, b, gy, &p, false, got);
+        for (int k = 0; k < 4; k++) nbt_assert_close(got[k], want[k], 1e-4, 1e-3, "tuned route against the rules");
+        nb_scope_end(sc);
+    }
+    if (nb__conv_tune_enabled()) {
+        assert_int_equal(nb__conv_tuned_problems() - settled, 3);
+        /* each problem's second, fourth and fifth calls run the windows */
+        assert_true(nb__conv_windows_runs() - before >= 9);
+    } else {
+        assert_int_equal(nb__conv_tuned_problems(), settled);
+        assert_int_equal(nb__conv_windows_runs(), before);
+    }
+    nb_scope_end(s);
+}
+
 int main(void)
 {
     /* the conv cases compare with PyTorch's float32 (direct) values element by element; Winograd
@@ -307,6 +400,8 @@ int main(void)
         cmocka_unit_test(test_conv_pytorch_cases),
         cmocka_unit_test(test_conv_chain_matches_nchw),
         cmocka_unit_test(test_strided_weight_grad_pieces),
+        cmocka_unit_test(test_windows_routes_in_pieces),
+        cmocka_unit_test(test_route_tuner),
     };
     return NBT_RUN(tests);
 }

@@ -12,6 +12,7 @@
  * convolutions with 1 to 4 input channels (src/cpu/ops/stem.c); float64,
  * and float32 when oneDNN is switched off, run the reference loops below (in either layout),
  * which the oneDNN path is tested against. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -20,6 +21,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
+#include "cpu/tune_impl.h"
 #include "cpu/wino5_impl.h"
 
 static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0, int64_t i1)
@@ -154,52 +156,6 @@ static void *ptr(const nb_tensor *t) { return t ? nb__data(t) : NULL; }
 
 RELU_INPLACE(float)
 RELU_INPLACE(double)
-
-static bool strided_pointwise(const nb_conv_geom *g);
-static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs *a);
-static bool pointwise_cl(const nb_conv_geom *g);
-static bool pointwise_gemm_forward(const nb_conv_geom *g, const nb_kargs *a);
-static nb_status pointwise_product(const nb_conv_geom *g, const float *x, const nb_kargs *a);
-static nb_status pointwise_input(const nb_conv_geom *g, const nb_kargs *a);
-
-/* flag: the fused ReLU (a oneDNN post-op, or a pass after the reference loops). */
-static nb_status forward(const nb_kargs *a)
-{
-    nb_conv_geom g = geom(a->in[0], a->in[1], a->out, a->i0, a->i1);
-    NB_TRY(check_layout(NB_OP_CONV2D, &g, a->out));
-    int64_t n = g.n * g.oc * g.oh * g.ow;
-    if (a->out->dtype == NB_FLOAT64) {
-        ref_forward_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
-        if (a->flag) relu_inplace_double(ptr(a->out), n);
-        return NB_OK;
-    }
-    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
-        return nb__wino5_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
-    if (nb__dnnl_enabled() && strided_pointwise(&g)) return strided_pointwise_forward(&g, a);
-    if (nb__dnnl_enabled() && pointwise_cl(&g) && pointwise_gemm_forward(&g, a))
-        return pointwise_product(&g, ptr(a->in[0]), a);
-    if (nb__dnnl_enabled())
-        return nb__dnnl_conv_forward(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
-    ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
-    if (a->flag) relu_inplace_float(ptr(a->out), n);
-    return NB_OK;
-}
-
-static nb_status backward_data(const nb_kargs *a)
-{
-    nb_conv_geom g = geom(a->out, a->in[1], a->in[0], a->i0, a->i1);
-    NB_TRY(check_layout(NB_OP_CONV2D_BACKWARD_INPUT, &g, a->in[0]));
-    if (a->out->dtype == NB_FLOAT64) {
-        ref_backward_data_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
-        return NB_OK;
-    }
-    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
-        return nb__wino5_backward_data(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
-    if (nb__dnnl_enabled() && pointwise_cl(&g) && g.oc < g.c) return pointwise_input(&g, a);
-    if (nb__dnnl_enabled()) return nb__dnnl_conv_backward_data(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
-    ref_backward_data_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
-    return NB_OK;
-}
 
 /* A 1x1 stride-1 unpadded ungrouped convolution on channels-last activations is a matrix product
  * over the P = n h w pixels, so its weight gradient is gw [oc, c] = gy^T x (gy [P, oc], x [P, c]).
@@ -374,6 +330,212 @@ static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
     return st == NB_OK ? bias_grad(a, oc) : st;
 }
 
+/* ---- the forward and the input gradient as products over windows ---------------------------- */
+
+/* y [P, oc] = col wt^T, col the windows of x (fill_windows) for a few images at a time, wt
+ * [oc, (ky, kx, c)]; then the bias and the ReLU. */
+static nb_status windows_product(const char *op, const nb_conv_geom *g, const float *x, const float *wt,
+                                 const float *bias, bool relu, float *y)
+{
+    int64_t oc = g->oc, kc = g->kh * g->kw * g->c, pix = g->oh * g->ow;
+    int64_t per = COL_FLOATS / (pix * kc);
+    per = per < 1 ? 1 : per > g->n ? g->n : per;
+    size_t col_bytes = (size_t)(per * pix * kc) * sizeof(float);
+    float *col = nb_cpu_alloc(col_bytes);
+    if (!col) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of windows)", op, col_bytes);
+    nb_status st = NB_OK;
+    for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
+        int64_t nn = g->n - n0 < per ? g->n - n0 : per;
+        fill_windows(g, x, n0, nn, col);
+        st = nb__dnnl_check(op, "dnnl_sgemm", nb_cpu_sgemm('N', 'T', nn * pix, oc, kc, 1.0f, col, kc, wt, kc, 0.0f,
+                                                         y + n0 * pix * oc, oc));
+    }
+    nb_cpu_free(col, col_bytes);
+    if (st != NB_OK || (!bias && !relu)) return st;
+    int64_t rows = g->n * pix;
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(rows * oc, NB_CPU_GRAIN))")
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * oc;
+        if (bias)
+            for (int64_t o = 0; o < oc; o++) yr[o] += bias[o];
+        if (relu)
+            for (int64_t o = 0; o < oc; o++) yr[o] = yr[o] < 0 ? 0 : yr[o];
+    }
+    return NB_OK;
+}
+
+/* The forward: w [oc, c, kh, kw] reordered to [oc, (ky, kx, c)], then the product. */
+static nb_status im2col_forward(const nb_conv_geom *g, const nb_kargs *a)
+{
+    int64_t c = g->c, oc = g->oc, taps = g->kh * g->kw;
+    size_t bytes = (size_t)(oc * taps * c) * sizeof(float);
+    float *wt = nb_cpu_alloc(bytes);
+    if (!wt) return nb__err(NB_ERR_OOM, "conv2d: out of memory (%zu bytes of weights)", bytes);
+    const float *w = ptr(a->in[1]);
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * taps * c, NB_CPU_GRAIN))")
+    for (int64_t o = 0; o < oc; o++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t t = 0; t < taps; t++) wt[(o * taps + t) * c + ci] = w[(o * c + ci) * taps + t];
+    nb_status st = windows_product("conv2d", g, ptr(a->in[0]), wt, ptr(a->in[2]), a->flag, ptr(a->out));
+    nb_cpu_free(wt, bytes);
+    return st;
+}
+
+/* The input gradient of a stride-1 convolution is the forward convolution of gy with the kernel
+ * turned half a circle and its two channel axes swapped, padded by (k - 1) d - p on each side:
+ * gx = (windows of gy) wt^T, wt [c, (ky, kx, o)] = w [o, c, kh - 1 - ky, kw - 1 - kx]. */
+static nb_status im2col_input(const nb_conv_geom *g, const nb_kargs *a)
+{
+    int64_t c = g->c, oc = g->oc, kh = g->kh, kw = g->kw;
+    nb_conv_geom t = {
+        .n = g->n, .c = oc, .h = g->oh, .w = g->ow, .oc = c, .kh = kh, .kw = kw, .oh = g->h, .ow = g->w,
+        .sh = 1, .sw = 1, .ph = (kh - 1) * g->dh - g->ph, .pw = (kw - 1) * g->dw - g->pw, .dh = g->dh, .dw = g->dw,
+        .groups = 1, .cl = 1,
+    };
+    size_t bytes = (size_t)(oc * kh * kw * c) * sizeof(float);
+    float *wt = nb_cpu_alloc(bytes);
+    if (!wt) return nb__err(NB_ERR_OOM, "conv2d_backward_input: out of memory (%zu bytes of weights)", bytes);
+    const float *w = ptr(a->in[1]);
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * kh * kw * c, NB_CPU_GRAIN))")
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t kx = 0; kx < kw; kx++)
+                for (int64_t o = 0; o < oc; o++)
+                    wt[((ci * kh + ky) * kw + kx) * oc + o] =
+                        w[((o * c + ci) * kh + (kh - 1 - ky)) * kw + (kw - 1 - kx)];
+    nb_status st = windows_product("conv2d_backward_input", &t, ptr(a->in[0]), wt, NULL, false, ptr(a->out));
+    nb_cpu_free(wt, bytes);
+    return st;
+}
+
+/* ---- the rules: which kernel runs each float32 problem ------------------------------------- */
+
+/* flag: the fused ReLU. */
+static nb_status forward_rules(const nb_conv_geom *g, const nb_kargs *a)
+{
+    if (nb__wino5_applies(g, nb_get_conv_algo()))
+        return nb__wino5_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
+    if (strided_pointwise(g)) return strided_pointwise_forward(g, a);
+    if (pointwise_cl(g) && pointwise_gemm_forward(g, a)) return pointwise_product(g, ptr(a->in[0]), a);
+    return nb__dnnl_conv_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
+}
+
+static nb_status backward_data_rules(const nb_conv_geom *g, const nb_kargs *a)
+{
+    if (nb__wino5_applies(g, nb_get_conv_algo()))
+        return nb__wino5_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+    if (pointwise_cl(g) && g->oc < g->c) return pointwise_input(g, a);
+    return nb__dnnl_conv_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+}
+
+/* flag: gy is the one the input gradient just read (oneDNN may reuse its reorder). */
+static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a)
+{
+    if (nb__wino5_applies(g, nb_get_conv_algo()))
+        return nb__wino5_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    if (pointwise_cl(g)) return pointwise_weights(g, a);
+    if (nb__stem_applies(g))
+        return nb__stem_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    if (strided_windows(g)) return im2col_weights(g, a);
+    return nb__dnnl_conv_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2), a->flag);
+}
+
+/* ---- the route by timing, on CPUs without AVX-512 ------------------------------------------ */
+
+/* The rules were measured with AVX-512 kernels. On an AVX2 CPU (Zen 3), oneDNN 2.6's
+ * convolutions are slower than the product over the windows for many layers and faster for
+ * others, in no simple pattern. Batch 16, one thread, ms, oneDNN against the windows, the range
+ * of two alternating runs (`nabla_layer_time conv 1 3` and `nabla_layer_time alexnet 1 4`,
+ * docs/BENCHMARKS.md, session 13): weight gradients of 3x3 stride-1 layers, 64 channels at 56x56
+ * 91-118 against 59-68, 512 at 7x7 89-106 against 52-56, 384 -> 384 at 13x13 142-207 against
+ * 96-107; forwards of 3x3 stride-2 layers, 128 at 56x56 102-114 against 68-74, 512 at 14x14
+ * 67-101 against 56-58; but the 7x7 stem's forward 45-49 against 108-175, and most input
+ * gradients 10-30% faster on oneDNN. So there each problem with a windows route that the rules
+ * do not take (op, geometry, bias, ReLU, thread count; at least ROUTE_MIN_FLOPS) is timed both
+ * ways: its first call follows the rules, the second runs the windows untimed (their products'
+ * own library choice in gemm.c settles meanwhile), the next four run the rules, the windows, the
+ * windows and the rules, timed, and the way with the shorter best time runs every later call in the
+ * process. NABLA_CONV_TUNE=0 turns this off, =1 on for every CPU; by default it is on where
+ * nb_cpu_avx512() is false. Tests force either way with nb__conv_set_route. */
+#define ROUTE_MIN_FLOPS (1 << 25)
+
+static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", 6, 0, -2, 1, 2, 2, 1);
+static atomic_int g_route;           /* an nb_conv_route */
+static atomic_ullong g_windows_runs; /* executions of the windows routes */
+
+void nb__conv_set_route(nb_conv_route r) { atomic_store(&g_route, (int)r); }
+unsigned long long nb__conv_windows_runs(void) { return atomic_load(&g_windows_runs); }
+bool nb__conv_tune_enabled(void) { return nb_cpu_tune_enabled(&g_route_tuner); }
+int nb__conv_tuned_problems(void) { return nb_cpu_tune_settled(&g_route_tuner); }
+
+/* Whether op of g has a windows route that the rules do not take already: channels-last,
+ * ungrouped, more than one tap; the input gradient at stride 1 only. */
+static bool windows_route(nb_op op, const nb_conv_geom *g)
+{
+    if (!g->cl || g->groups != 1 || g->kh * g->kw == 1) return false;
+    if (op == NB_OP_CONV2D_BACKWARD_INPUT) return g->sh == 1 && g->sw == 1;
+    if (op == NB_OP_CONV2D_BACKWARD_WEIGHT) return !strided_windows(g) && !nb__stem_applies(g);
+    return true;
+}
+
+/* A float32 problem on the route nb__conv_set_route forces, or the tuner's, or the rules'. */
+static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
+{
+    int64_t key[NB_TUNE_KEY] = {op, g->n, g->c, g->h, g->w, g->oc, g->kh, g->kw, a->i0, a->i1,
+                                a->in[2] != NULL || a->out2 != NULL, a->flag, nb_get_num_threads()};
+    int timed = -1, way = 0;
+    nb_conv_route forced = (nb_conv_route)atomic_load(&g_route);
+    double flops = 2.0 * (double)(g->n * g->oh * g->ow * g->oc * g->c * g->kh * g->kw);
+    if (windows_route(op, g) && forced != NB_CONV_ROUTE_AUTO) way = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 0;
+    else if (windows_route(op, g) && flops >= ROUTE_MIN_FLOPS) way = nb_cpu_tune_pick(&g_route_tuner, key, &timed);
+    double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
+    nb_status st;
+    if (way == 2) {
+        atomic_fetch_add(&g_windows_runs, 1);
+        st = op == NB_OP_CONV2D                  ? im2col_forward(g, a)
+             : op == NB_OP_CONV2D_BACKWARD_INPUT ? im2col_input(g, a)
+                                                 : im2col_weights(g, a);
+    } else {
+        st = op == NB_OP_CONV2D                  ? forward_rules(g, a)
+             : op == NB_OP_CONV2D_BACKWARD_INPUT ? backward_data_rules(g, a)
+                                                 : backward_weights_rules(g, a);
+    }
+    if (timed >= 0 && st == NB_OK) nb_cpu_tune_record(&g_route_tuner, key, timed, nb_cpu_seconds() - t0);
+    return st;
+}
+
+/* ---- the kernels ------------------------------------------------------------------------------ */
+
+/* flag: the fused ReLU (a oneDNN post-op, or a pass after the reference loops). */
+static nb_status forward(const nb_kargs *a)
+{
+    nb_conv_geom g = geom(a->in[0], a->in[1], a->out, a->i0, a->i1);
+    NB_TRY(check_layout(NB_OP_CONV2D, &g, a->out));
+    int64_t n = g.n * g.oc * g.oh * g.ow;
+    if (a->out->dtype == NB_FLOAT64) {
+        ref_forward_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+        if (a->flag) relu_inplace_double(ptr(a->out), n);
+        return NB_OK;
+    }
+    if (nb__dnnl_enabled()) return run_routed(NB_OP_CONV2D, &g, a);
+    ref_forward_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), ptr(a->out));
+    if (a->flag) relu_inplace_float(ptr(a->out), n);
+    return NB_OK;
+}
+
+static nb_status backward_data(const nb_kargs *a)
+{
+    nb_conv_geom g = geom(a->out, a->in[1], a->in[0], a->i0, a->i1);
+    NB_TRY(check_layout(NB_OP_CONV2D_BACKWARD_INPUT, &g, a->in[0]));
+    if (a->out->dtype == NB_FLOAT64) {
+        ref_backward_data_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+        return NB_OK;
+    }
+    if (nb__dnnl_enabled()) return run_routed(NB_OP_CONV2D_BACKWARD_INPUT, &g, a);
+    ref_backward_data_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+    return NB_OK;
+}
+
 static nb_status backward_weights(const nb_kargs *a)
 {
     nb_conv_geom g = geom(a->in[1], a->out, a->in[0], a->i0, a->i1);
@@ -382,16 +544,7 @@ static nb_status backward_weights(const nb_kargs *a)
         ref_backward_weights_double(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
         return NB_OK;
     }
-    if (nb__dnnl_enabled() && nb__wino5_applies(&g, nb_get_conv_algo()))
-        return nb__wino5_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
-    if (nb__dnnl_enabled() && pointwise_cl(&g))
-        return pointwise_weights(&g, a);
-    if (nb__dnnl_enabled() && nb__stem_applies(&g))
-        return nb__stem_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
-    if (nb__dnnl_enabled() && strided_windows(&g)) return im2col_weights(&g, a);
-    if (nb__dnnl_enabled())
-        return nb__dnnl_conv_backward_weights(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2),
-                                              a->flag);
+    if (nb__dnnl_enabled()) return run_routed(NB_OP_CONV2D_BACKWARD_WEIGHT, &g, a);
     ref_backward_weights_float(&g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     return NB_OK;
 }
