@@ -8,6 +8,8 @@
  *        nabla_layer_time conv [THREADS [REPS [KERNEL]]]
  *          ResNet-50's convolutions at batch 16 (every distinct layer; with KERNEL 1 or 3 only
  *          the stride-2 ones of that kernel), forward, input gradient and weight gradient
+ *        nabla_layer_time alexnet [THREADS [REPS]]
+ *          AlexNet-S's convolutions at batch 16 and AlexNet-R's at batch 1024, as conv
  *        nabla_layer_time bn [THREADS [REPS]]
  *          ResNet-50's batch norms at batch 16 (every distinct shape), training mode, as
  *          batch_norm, batch_norm_relu and batch_norm_add_relu, forward and backward, with the
@@ -101,43 +103,63 @@ static const int64_t RESNET50[][5] = {
     {1024, 14, 2048, 1, 2},  {2048, 7, 512, 1, 1},   {512, 7, 512, 3, 1},
 };
 
-static void time_convs(int reps, int only_kernel)
+/* AlexNet-S's convolutions (batch 16) and AlexNet-R's (batch 1024): batch, input channels, input
+ * side, output channels, kernel, stride, padding. */
+static const int64_t ALEXNET[][7] = {
+    {16, 3, 224, 96, 11, 4, 2}, {16, 96, 27, 256, 5, 1, 2},  {16, 256, 13, 384, 3, 1, 1},
+    {16, 384, 13, 384, 3, 1, 1}, {16, 384, 13, 256, 3, 1, 1}, {1024, 3, 32, 32, 5, 1, 2},
+    {1024, 32, 15, 64, 5, 1, 2},
+};
+
+/* One convolution layer's three ops, timed. */
+static void time_conv(int reps, int64_t n, int64_t c, int64_t h, int64_t oc, int64_t k, int64_t st, int64_t pad)
 {
-    const int64_t n = 16;
     const char *ops[3] = {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"};
     const char *label[3] = {"forward", "input grad", "weight grad"};
-    for (size_t l = 0; l < sizeof RESNET50 / sizeof RESNET50[0]; l++) {
-        int64_t c = RESNET50[l][0], h = RESNET50[l][1], oc = RESNET50[l][2], k = RESNET50[l][3], st = RESNET50[l][4];
-        if (only_kernel && (k != only_kernel || st == 1)) continue;
-        nb_scope *outer = nb_scope_begin();
-        nb_tensor *x = cl_randn(n, c, h, h);
-        nb_tensor *w = nb_randn((int64_t[]){oc, c, k, k}, 4, NULL);
-        if (!w) die("randn");
-        nb_tensor_set_requires_grad(x, c > 3); /* the stem's input gradient is never needed */
-        nb_tensor_set_requires_grad(w, true);
-        nb_conv2d_params p = nb_conv2d_params_default();
-        p.stride[0] = p.stride[1] = st;
-        p.padding[0] = p.padding[1] = k / 2;
-        for (int r = 0; r <= reps; r++) {
-            if (r == 1 && nb_profiler_start(NB_PROFILE_HOST) != NB_OK) die("profiler");
-            nb_scope *sc = nb_scope_begin();
-            nb_tensor *y = nb_conv2d(x, w, NULL, &p);
-            if (!y) die("conv2d");
-            backward(y, (nb_tensor *[]){x, w}, 2);
-            nb_scope_end(sc);
-        }
-        nb_profiler_stop();
-        int64_t oh = (h + 2 * (k / 2) - k) / st + 1;
-        double flops = 2.0 * (double)(n * oh * oh * oc * c * k * k);
-        printf("conv %4lld -> %4lld at %3lldx%-3lld k%lld s%lld:", (long long)c, (long long)oc, (long long)h,
-               (long long)h, (long long)k, (long long)st);
-        for (int i = 0; i < 3; i++) {
-            double ms = ms_per_call(ops[i]);
-            if (ms > 0) printf("  %s %.2f ms (%.0f GFLOP/s)", label[i], ms, flops / ms / 1e6);
-        }
-        printf("\n");
-        nb_scope_end(outer);
+    nb_scope *outer = nb_scope_begin();
+    nb_tensor *x = cl_randn(n, c, h, h);
+    nb_tensor *w = nb_randn((int64_t[]){oc, c, k, k}, 4, NULL);
+    if (!w) die("randn");
+    nb_tensor_set_requires_grad(x, c > 3); /* the stem's input gradient is never needed */
+    nb_tensor_set_requires_grad(w, true);
+    nb_conv2d_params p = nb_conv2d_params_default();
+    p.stride[0] = p.stride[1] = st;
+    p.padding[0] = p.padding[1] = pad;
+    for (int r = 0; r <= reps; r++) {
+        if (r == 1 && nb_profiler_start(NB_PROFILE_HOST) != NB_OK) die("profiler");
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *y = nb_conv2d(x, w, NULL, &p);
+        if (!y) die("conv2d");
+        backward(y, (nb_tensor *[]){x, w}, 2);
+        nb_scope_end(sc);
     }
+    nb_profiler_stop();
+    int64_t oh = (h + 2 * pad - k) / st + 1;
+    double flops = 2.0 * (double)(n * oh * oh * oc * c * k * k);
+    printf("conv %4lld -> %4lld at %3lldx%-3lld k%lld s%lld n%lld:", (long long)c, (long long)oc, (long long)h,
+           (long long)h, (long long)k, (long long)st, (long long)n);
+    for (int i = 0; i < 3; i++) {
+        double ms = ms_per_call(ops[i]);
+        if (ms > 0) printf("  %s %.2f ms (%.0f GFLOP/s)", label[i], ms, flops / ms / 1e6);
+    }
+    printf("\n");
+    nb_scope_end(outer);
+}
+
+static void time_convs(int reps, int only_kernel)
+{
+    for (size_t l = 0; l < sizeof RESNET50 / sizeof RESNET50[0]; l++) {
+        int64_t k = RESNET50[l][3], st = RESNET50[l][4];
+        if (only_kernel && (k != only_kernel || st == 1)) continue;
+        time_conv(reps, 16, RESNET50[l][0], RESNET50[l][1], RESNET50[l][2], k, st, k / 2);
+    }
+}
+
+static void time_alexnet_convs(int reps)
+{
+    for (size_t l = 0; l < sizeof ALEXNET / sizeof ALEXNET[0]; l++)
+        time_conv(reps, ALEXNET[l][0], ALEXNET[l][1], ALEXNET[l][2], ALEXNET[l][3], ALEXNET[l][4], ALEXNET[l][5],
+                  ALEXNET[l][6]);
 }
 
 /* ResNet-50's distinct batch-norm shapes at batch 16: channels, side. */
@@ -183,8 +205,9 @@ static void time_bns(int reps)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "pool") && strcmp(argv[1], "conv") && strcmp(argv[1], "bn"))) {
-        fprintf(stderr, "usage: nabla_layer_time pool|conv|bn [THREADS [REPS [KERNEL]]]\n");
+    if (argc < 2 || (strcmp(argv[1], "pool") && strcmp(argv[1], "conv") && strcmp(argv[1], "bn") &&
+                     strcmp(argv[1], "alexnet"))) {
+        fprintf(stderr, "usage: nabla_layer_time pool|conv|alexnet|bn [THREADS [REPS [KERNEL]]]\n");
         return 2;
     }
     int threads = argc > 2 ? atoi(argv[2]) : 1, reps = argc > 3 ? atoi(argv[3]) : 5;
@@ -196,6 +219,7 @@ int main(int argc, char **argv)
     printf("# nabla_layer_time %s, %d thread(s), mean of %d after 1 warm-up\n", argv[1], threads, reps);
     if (!strcmp(argv[1], "pool")) time_pools(reps);
     else if (!strcmp(argv[1], "bn")) time_bns(reps);
+    else if (!strcmp(argv[1], "alexnet")) time_alexnet_convs(reps);
     else time_convs(reps, only);
     return 0;
 }
