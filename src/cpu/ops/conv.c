@@ -364,21 +364,31 @@ static nb_status windows_product(const char *op, const nb_conv_geom *g, const fl
     return NB_OK;
 }
 
-/* The forward: w [oc, c, kh, kw] reordered to [oc, (ky, kx, c)], then the product. */
-static nb_status im2col_forward(const nb_conv_geom *g, const nb_kargs *a)
+/* The product over windows of x for the geometry t, with the weights w [t.oc, t.c, kh, kw]
+ * reordered to wt [t.oc, (ky, kx, t.c)] first; flip: w is [t.c, t.oc, kh, kw] instead, read with
+ * its two channel axes swapped and its taps reversed (ky, kx -> kh - 1 - ky, kw - 1 - kx). */
+static nb_status reordered_product(const char *op, const nb_conv_geom *t, const float *x, const float *w, bool flip,
+                                   const float *bias, bool relu, float *y)
 {
-    int64_t c = g->c, oc = g->oc, taps = g->kh * g->kw;
-    size_t bytes = (size_t)(oc * taps * c) * sizeof(float);
+    int64_t rows = t->oc, cols = t->c, taps = t->kh * t->kw;
+    size_t bytes = (size_t)(rows * taps * cols) * sizeof(float);
     float *wt = nb_cpu_alloc(bytes);
-    if (!wt) return nb__err(NB_ERR_OOM, "conv2d: out of memory (%zu bytes of weights)", bytes);
-    const float *w = ptr(a->in[1]);
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * taps * c, NB_CPU_GRAIN))")
-    for (int64_t o = 0; o < oc; o++)
-        for (int64_t ci = 0; ci < c; ci++)
-            for (int64_t t = 0; t < taps; t++) wt[(o * taps + t) * c + ci] = w[(o * c + ci) * taps + t];
-    nb_status st = windows_product("conv2d", g, ptr(a->in[0]), wt, ptr(a->in[2]), a->flag, ptr(a->out));
+    if (!wt) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of weights)", op, bytes);
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(rows * taps * cols, NB_CPU_GRAIN))")
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t tap = 0; tap < taps; tap++)
+            for (int64_t j = 0; j < cols; j++)
+                wt[(r * taps + tap) * cols + j] =
+                    flip ? w[(j * rows + r) * taps + (taps - 1 - tap)] : w[(r * cols + j) * taps + tap];
+    nb_status st = windows_product(op, t, x, wt, bias, relu, y);
     nb_cpu_free(wt, bytes);
     return st;
+}
+
+/* The forward: y = (windows of x) wt^T. */
+static nb_status im2col_forward(const nb_conv_geom *g, const nb_kargs *a)
+{
+    return reordered_product("conv2d", g, ptr(a->in[0]), ptr(a->in[1]), false, ptr(a->in[2]), a->flag, ptr(a->out));
 }
 
 /* The input gradient of a stride-1 convolution is the forward convolution of gy with the kernel
@@ -386,26 +396,13 @@ static nb_status im2col_forward(const nb_conv_geom *g, const nb_kargs *a)
  * gx = (windows of gy) wt^T, wt [c, (ky, kx, o)] = w [o, c, kh - 1 - ky, kw - 1 - kx]. */
 static nb_status im2col_input(const nb_conv_geom *g, const nb_kargs *a)
 {
-    int64_t c = g->c, oc = g->oc, kh = g->kh, kw = g->kw;
     nb_conv_geom t = {
-        .n = g->n, .c = oc, .h = g->oh, .w = g->ow, .oc = c, .kh = kh, .kw = kw, .oh = g->h, .ow = g->w,
-        .sh = 1, .sw = 1, .ph = (kh - 1) * g->dh - g->ph, .pw = (kw - 1) * g->dw - g->pw, .dh = g->dh, .dw = g->dw,
-        .groups = 1, .cl = 1,
+        .n = g->n, .c = g->oc, .h = g->oh, .w = g->ow, .oc = g->c, .kh = g->kh, .kw = g->kw, .oh = g->h, .ow = g->w,
+        .sh = 1, .sw = 1, .ph = (g->kh - 1) * g->dh - g->ph, .pw = (g->kw - 1) * g->dw - g->pw, .dh = g->dh,
+        .dw = g->dw, .groups = 1, .cl = 1,
     };
-    size_t bytes = (size_t)(oc * kh * kw * c) * sizeof(float);
-    float *wt = nb_cpu_alloc(bytes);
-    if (!wt) return nb__err(NB_ERR_OOM, "conv2d_backward_input: out of memory (%zu bytes of weights)", bytes);
-    const float *w = ptr(a->in[1]);
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * kh * kw * c, NB_CPU_GRAIN))")
-    for (int64_t ci = 0; ci < c; ci++)
-        for (int64_t ky = 0; ky < kh; ky++)
-            for (int64_t kx = 0; kx < kw; kx++)
-                for (int64_t o = 0; o < oc; o++)
-                    wt[((ci * kh + ky) * kw + kx) * oc + o] =
-                        w[((o * c + ci) * kh + (kh - 1 - ky)) * kw + (kw - 1 - kx)];
-    nb_status st = windows_product("conv2d_backward_input", &t, ptr(a->in[0]), wt, NULL, false, ptr(a->out));
-    nb_cpu_free(wt, bytes);
-    return st;
+    return reordered_product("conv2d_backward_input", &t, ptr(a->in[0]), ptr(a->in[1]), true, NULL, false,
+                             ptr(a->out));
 }
 
 /* ---- the rules: which kernel runs each float32 problem ------------------------------------- */
