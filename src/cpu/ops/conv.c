@@ -483,8 +483,10 @@ static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
     int timed = -1, way = 0;
     nb_conv_route forced = (nb_conv_route)atomic_load(&g_route);
     double flops = 2.0 * (double)(g->n * g->oh * g->ow * g->oc * g->c * g->kh * g->kw);
-    if (windows_route(op, g) && forced != NB_CONV_ROUTE_AUTO) way = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 0;
-    else if (windows_route(op, g) && flops >= ROUTE_MIN_FLOPS) way = nb_cpu_tune_pick(&g_route_tuner, key, &timed);
+    if (windows_route(op, g)) {
+        if (forced != NB_CONV_ROUTE_AUTO) way = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 0;
+        else if (flops >= ROUTE_MIN_FLOPS) way = nb_cpu_tune_pick(&g_route_tuner, key, &timed);
+    }
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     nb_status st;
     if (way == 2) {
