@@ -298,44 +298,12 @@ static nb_status strided_pointwise_forward(const nb_conv_geom *g, const nb_kargs
     return st;
 }
 
-static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
-{
-    const char *op = "conv2d_backward_weight";
-    int64_t c = g->c, oc = g->oc, taps = g->kh * g->kw, kc = taps * c, pix = g->oh * g->ow;
-    int64_t per = COL_FLOATS / (pix * kc);
-    per = per < 1 ? 1 : per > g->n ? g->n : per;
-    size_t col_bytes = (size_t)(per * pix * kc) * sizeof(float), gt_bytes = (size_t)(oc * kc) * sizeof(float);
-    float *col = nb_cpu_alloc(col_bytes), *gt = col ? nb_cpu_alloc(gt_bytes) : NULL;
-    if (!col || !gt) {
-        nb_cpu_free(col, col_bytes);
-        return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of windows)", op, col_bytes + gt_bytes);
-    }
-    const float *x = ptr(a->in[1]), *gy = ptr(a->in[0]);
-    nb_status st = NB_OK;
-    for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
-        int64_t nn = g->n - n0 < per ? g->n - n0 : per;
-        fill_windows(g, x, n0, nn, col);
-        st = nb__dnnl_check(op, "dnnl_sgemm", nb_cpu_sgemm('T', 'N', oc, kc, nn * pix, 1.0f, gy + n0 * pix * oc, oc, col,
-                                                         kc, n0 ? 1.0f : 0.0f, gt, kc));
-    }
-    float *gw = ptr(a->out);
-    if (st == NB_OK) {
-        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * kc, NB_CPU_GRAIN))")
-        for (int64_t o = 0; o < oc; o++)
-            for (int64_t t = 0; t < taps; t++)
-                for (int64_t ci = 0; ci < c; ci++) gw[(o * c + ci) * taps + t] = gt[(o * taps + t) * c + ci];
-    }
-    nb_cpu_free(col, col_bytes);
-    nb_cpu_free(gt, gt_bytes);
-    return st == NB_OK ? bias_grad(a, oc) : st;
-}
-
-/* ---- the forward and the input gradient as products over windows ---------------------------- */
-
-/* y [P, oc] = col wt^T, col the windows of x (fill_windows) for a few images at a time, wt
- * [oc, (ky, kx, c)]; then the bias and the ReLU. */
-static nb_status windows_product(const char *op, const nb_conv_geom *g, const float *x, const float *wt,
-                                 const float *bias, bool relu, float *y)
+/* The products over the windows of x, built for a few images at a time (about COL_FLOATS floats
+ * of col; a buffer from the caching allocator, so a training loop does not fault its pages in
+ * every step). weights: gt [oc, kc] = gy^T col summed over the pieces, m = gy; otherwise the
+ * forward, out [P, oc] = col m^T piece by piece, m = the weights [oc, kc]. */
+static nb_status windows_products(const char *op, const nb_conv_geom *g, const float *x, const float *m, float *out,
+                                  bool weights)
 {
     int64_t oc = g->oc, kc = g->kh * g->kw * g->c, pix = g->oh * g->ow;
     int64_t per = COL_FLOATS / (pix * kc);
@@ -345,27 +313,40 @@ static nb_status windows_product(const char *op, const nb_conv_geom *g, const fl
     if (!col) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of windows)", op, col_bytes);
     nb_status st = NB_OK;
     for (int64_t n0 = 0; n0 < g->n && st == NB_OK; n0 += per) {
-        int64_t nn = g->n - n0 < per ? g->n - n0 : per;
+        int64_t nn = g->n - n0 < per ? g->n - n0 : per, rows = nn * pix;
         fill_windows(g, x, n0, nn, col);
-        st = nb__dnnl_check(op, "dnnl_sgemm", nb_cpu_sgemm('N', 'T', nn * pix, oc, kc, 1.0f, col, kc, wt, kc, 0.0f,
-                                                         y + n0 * pix * oc, oc));
+        int r = weights ? nb_cpu_sgemm('T', 'N', oc, kc, rows, 1.0f, m + n0 * pix * oc, oc, col, kc, n0 ? 1.0f : 0.0f,
+                                       out, kc)
+                        : nb_cpu_sgemm('N', 'T', rows, oc, kc, 1.0f, col, kc, m, kc, 0.0f, out + n0 * pix * oc, oc);
+        st = nb__dnnl_check(op, "dnnl_sgemm", r);
     }
     nb_cpu_free(col, col_bytes);
-    if (st != NB_OK || (!bias && !relu)) return st;
-    int64_t rows = g->n * pix;
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(rows * oc, NB_CPU_GRAIN))")
-    for (int64_t r = 0; r < rows; r++) {
-        float *yr = y + r * oc;
-        if (bias)
-            for (int64_t o = 0; o < oc; o++) yr[o] += bias[o];
-        if (relu)
-            for (int64_t o = 0; o < oc; o++) yr[o] = yr[o] < 0 ? 0 : yr[o];
-    }
-    return NB_OK;
+    return st;
 }
 
-/* The product over windows of x for the geometry t, with the weights w [t.oc, t.c, kh, kw]
- * reordered to wt [t.oc, (ky, kx, t.c)] first; flip: w is [t.c, t.oc, kh, kw] instead, read with
+static nb_status im2col_weights(const nb_conv_geom *g, const nb_kargs *a)
+{
+    const char *op = "conv2d_backward_weight";
+    int64_t c = g->c, oc = g->oc, taps = g->kh * g->kw, kc = taps * c;
+    size_t gt_bytes = (size_t)(oc * kc) * sizeof(float);
+    float *gt = nb_cpu_alloc(gt_bytes);
+    if (!gt) return nb__err(NB_ERR_OOM, "%s: out of memory (%zu bytes of gradient)", op, gt_bytes);
+    nb_status st = windows_products(op, g, ptr(a->in[1]), ptr(a->in[0]), gt, true);
+    float *gw = ptr(a->out);
+    if (st == NB_OK) {
+        _Pragma("omp parallel for num_threads(nb_cpu_threads_for(oc * kc, NB_CPU_GRAIN))")
+        for (int64_t o = 0; o < oc; o++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t ci = 0; ci < c; ci++) gw[(o * c + ci) * taps + t] = gt[(o * taps + t) * c + ci];
+    }
+    nb_cpu_free(gt, gt_bytes);
+    return st == NB_OK ? bias_grad(a, oc) : st;
+}
+
+/* ---- the forward and the input gradient as products over windows ---------------------------- */
+
+/* The product over windows of x for the geometry t, y = col wt^T, then the bias and the ReLU,
+ * with the weights w [t.oc, t.c, kh, kw] reordered to wt [t.oc, (ky, kx, t.c)] first; flip: w is [t.c, t.oc, kh, kw] instead, read with
  * its two channel axes swapped and its taps reversed (ky, kx -> kh - 1 - ky, kw - 1 - kx). */
 static nb_status reordered_product(const char *op, const nb_conv_geom *t, const float *x, const float *w, bool flip,
                                    const float *bias, bool relu, float *y)
@@ -380,9 +361,19 @@ static nb_status reordered_product(const char *op, const nb_conv_geom *t, const 
             for (int64_t j = 0; j < cols; j++)
                 wt[(r * taps + tap) * cols + j] =
                     flip ? w[(j * rows + r) * taps + (taps - 1 - tap)] : w[(r * cols + j) * taps + tap];
-    nb_status st = windows_product(op, t, x, wt, bias, relu, y);
+    nb_status st = windows_products(op, t, x, wt, y, false);
     nb_cpu_free(wt, bytes);
-    return st;
+    if (st != NB_OK || (!bias && !relu)) return st;
+    int64_t pixels = t->n * t->oh * t->ow;
+    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(pixels * rows, NB_CPU_GRAIN))")
+    for (int64_t p = 0; p < pixels; p++) {
+        float *yp = y + p * rows;
+        if (bias)
+            for (int64_t o = 0; o < rows; o++) yp[o] += bias[o];
+        if (relu)
+            for (int64_t o = 0; o < rows; o++) yp[o] = yp[o] < 0 ? 0 : yp[o];
+    }
+    return NB_OK;
 }
 
 /* The forward: y = (windows of x) wt^T. */
