@@ -18,7 +18,7 @@
 
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
-#include "cpu/wino5_impl.h"
+#include "cpu/wino_impl.h"
 
 static double now(void)
 {
@@ -69,15 +69,15 @@ static nb_status run(const job *j)
 {
     switch (j->dir) {
     case 0:
-        return j->own ? nb__wino5_forward(j->g, j->x, j->w, j->b, false, j->out)
+        return j->own ? nb__wino_forward(j->g, j->x, j->w, j->b, false, j->out)
                       : nb__dnnl_conv_forward(j->g, j->x, j->w, j->b, false, j->out);
     case 1:
-        return j->own ? nb__wino5_backward_data(j->g, j->gy, j->w, j->out)
+        return j->own ? nb__wino_backward_data(j->g, j->gy, j->w, j->out)
                       : nb__dnnl_conv_backward_data(j->g, j->gy, j->w, j->out);
     default:
         if (!j->own) return nb__dnnl_conv_backward_weights(j->g, j->gy, j->x, j->out, j->gb, false);
         return j->stem ? nb__stem_backward_weights(j->g, j->gy, j->x, j->out, j->gb)
-                       : nb__wino5_backward_weights(j->g, j->gy, j->x, j->out, j->gb);
+                       : nb__wino_backward_weights(j->g, j->gy, j->x, j->out, j->gb);
     }
 }
 
@@ -114,7 +114,7 @@ int main(int argc, char **argv)
     int64_t oh = (h + 2 * p - k) / s + 1;
     nb_conv_geom g = {.n = n, .c = c, .h = h, .w = h, .oc = oc, .kh = k, .kw = k, .oh = oh, .ow = oh, .sh = s,
                       .sw = s, .ph = p, .pw = p, .dh = 1, .dw = 1, .groups = 1, .cl = 1};
-    if (stem ? !nb__stem_applies(&g) : !nb__wino5_applies(&g, NB_CONV_ALGO_WINOGRAD)) {
+    if (stem ? !nb__stem_applies(&g) : !nb__wino_applies(&g, NB_CONV_ALGO_WINOGRAD)) {
         fprintf(stderr, "conv5: this CPU has no AVX-512F: nabla's kernels do not run here\n");
         return 1;
     }
@@ -128,7 +128,7 @@ int main(int argc, char **argv)
                (long long)s, (long long)p);
     else
         printf("N %lld, C %lld -> OC %lld, %lldx%lld, 5x5 (auto picks Winograd: %s)\n", (long long)n, (long long)c,
-               (long long)oc, (long long)h, (long long)h, nb__wino5_applies(&g, NB_CONV_ALGO_AUTO) ? "yes" : "no");
+               (long long)oc, (long long)h, (long long)h, nb__wino_applies(&g, NB_CONV_ALGO_AUTO) ? "yes" : "no");
     for (int d = 0; d < 3; d++) {
         if (stem && d < 2) continue; /* the forward and input gradient stay on oneDNN */
         float *o[2] = {rnd(sizes[d]), rnd(sizes[d])}, *gb[2] = {rnd((size_t)oc), rnd((size_t)oc)};

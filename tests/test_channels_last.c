@@ -12,6 +12,7 @@
 #include "nbtest.h"
 #include "nabla/nn.h"
 #include "cpu/dnnl_impl.h"
+#include "cpu/wino_impl.h"
 
 static nb_tensor *arange4(int64_t n, int64_t c, int64_t h, int64_t w)
 {
@@ -353,6 +354,59 @@ static void test_windows_routes_in_pieces(void **state)
     nb_scope_end(s);
 }
 
+/* nabla's Winograd (src/cpu/ops/wino.c) on the route forced to it, F(4x4, 3x3) and F(2x2, 5x5):
+ * images whose sides are not multiples of the tile (partial tiles at the right and bottom),
+ * output channels not a multiple of 32 (the products' last, single vector of channels), blocks
+ * of tiles that end part-way (the last block padded with zero rows), the 3x3 weight gradient
+ * over 6 blocks (its float sums flushed into double twice), bias and fused ReLU; against float64
+ * on the reference loops. Both the CPU's own kernels and, where it has AVX2, the 16-float
+ * kernels of AVX-512 compiled for AVX2. */
+static void test_winograd_routes(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    struct {
+        int64_t n, c, h, w, oc, k;
+    } cases[] = {{21, 32, 13, 11, 48, 3}, {5, 16, 9, 10, 32, 5}, {2, 16, 8, 8, 16, 3}};
+    const char *names[4] = {"out", "input gradient", "weight gradient", "bias gradient"};
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_AUTO));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t k = cases[i].k;
+        nb_tensor *x = randn4(cases[i].n, cases[i].c, cases[i].h, cases[i].w);
+        nb_tensor *w = randn4(cases[i].oc, cases[i].c, k, k);
+        nb_tensor *b = NBT_CHECK(nb_randn((int64_t[]){cases[i].oc}, 1, NULL));
+        nb_tensor *gy = NBT_CHECK(
+            nb_contiguous_format(randn4(cases[i].n, cases[i].oc, cases[i].h, cases[i].w), NB_CHANNELS_LAST));
+        nb_conv2d_params p = {.stride = {1, 1}, .padding = {k / 2, k / 2}, .dilation = {1, 1}, .groups = 1,
+                              .relu = i != 1};
+        nb_tensor *want[4], *got[4];
+        conv_all(x, w, b, gy, &p, true, want);
+        for (int wide = 0; wide < 2; wide++) {
+            unsigned long long before = nb__wino_runs();
+            nb__wino_set_wide(wide);
+            nb__conv_set_route(NB_CONV_ROUTE_WINOGRAD);
+            conv_all(x, w, b, gy, &p, false, got);
+            nb__conv_set_route(NB_CONV_ROUTE_AUTO);
+            nb__wino_set_wide(false);
+            nb_conv_geom g = {.n = 1, .c = 16, .h = 8, .w = 8, .oc = 16, .kh = k, .kw = k, .oh = 8, .ow = 8,
+                              .sh = 1, .sw = 1, .ph = k / 2, .pw = k / 2, .dh = 1, .dw = 1, .groups = 1, .cl = 1};
+            if (!nb__wino_fits(&g)) { /* a CPU without AVX2: the rules ran */
+                assert_int_equal(nb__wino_runs() - before, 0);
+                wide = 2;
+            } else {
+                assert_int_equal(nb__wino_runs() - before, 3);
+            }
+            for (int j = 0; j < 4; j++) {
+                char what[96];
+                snprintf(what, sizeof what, "Winograd %dx%d, case %zu%s: %s", (int)k, (int)k, i,
+                         wide == 1 ? " (16-float kernels)" : "", names[j]);
+                nbt_assert_close(got[j], want[j], 1e-4, j == 1 ? 1e-3 : 1e-2, what);
+            }
+        }
+    }
+    NBT_OK(nb_set_conv_algo(NB_CONV_ALGO_DIRECT));
+    nb_scope_end(s);
+}
+
 /* The route tuner: where it is on (NABLA_CONV_TUNE=1 in the *_portable run, and by default on
  * CPUs without AVX-512), a layer's forward, input and weight gradients each settle after their
  * timed calls; every call, timed or not, on whichever route, gives the rules' values to float32
@@ -401,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_conv_chain_matches_nchw),
         cmocka_unit_test(test_strided_weight_grad_pieces),
         cmocka_unit_test(test_windows_routes_in_pieces),
+        cmocka_unit_test(test_winograd_routes),
         cmocka_unit_test(test_route_tuner),
     };
     return NBT_RUN(tests);

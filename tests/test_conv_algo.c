@@ -4,7 +4,7 @@
  * counted by nb__dnnl_winograd_runs): Winograd for the 3x3 stride-1 cases under "winograd" on a
  * CPU where oneDNN has it (AVX-512), never under "direct" nor for a stride-2 convolution, and
  * under "auto" by its rules (32 output tiles or more; on channels-last inputs, 32 channels).
- * The same for the 5x5 cases and nabla's own F(2x2, 5x5) (counted by nb__wino5_runs): only on
+ * The same for the 5x5 cases and nabla's own F(2x2, 5x5) (counted by nb__wino_runs): only on
  * channels-last inputs with padding 2, under "auto" from 32 channels and 256 tiles of 2x2. And
  * for layers with 1 to 4 input channels ("few_"), that nabla's own weight gradient (counted by
  * nb__stem_runs) ran on channels-last inputs under every policy, and never on NCHW ones. */
@@ -16,7 +16,7 @@
 #include "nabla/nn.h"
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
-#include "cpu/wino5_impl.h"
+#include "cpu/wino_impl.h"
 
 /* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
 static double rel_err(const nb_tensor *got, const nb_tensor *want)
@@ -55,10 +55,10 @@ static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_
     }
     nb_conv2d_params cp = {.stride = {p[0], p[0]}, .padding = {p[1], p[1]}, .dilation = {1, 1}, .groups = 1,
                            .relu = p[2] != 0};
-    unsigned long long before = nb__dnnl_winograd_runs() + nb__wino5_runs(), stem0 = nb__stem_runs();
+    unsigned long long before = nb__dnnl_winograd_runs() + nb__wino_runs(), stem0 = nb__stem_runs();
     nb_tensor *out = NBT_CHECK(nb_conv2d(leaves[0], leaves[1], nin > 2 ? leaves[2] : NULL, &cp));
     NBT_OK(nb_backward(out, NBT_CHECK(nbt_ref(m, name, "gout")), NB_BACKWARD_DEFAULT));
-    unsigned long long runs = nb__dnnl_winograd_runs() + nb__wino5_runs() - before;
+    unsigned long long runs = nb__dnnl_winograd_runs() + nb__wino_runs() - before;
     *stem = nb__stem_runs() - stem0;
     if (cl && !nb_tensor_is_contiguous_format(out, NB_CHANNELS_LAST))
         fail_msg("%s (%s, channels-last): the output is not channels-last", name, nb_conv_algo_name(algo));

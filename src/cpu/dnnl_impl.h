@@ -28,11 +28,17 @@ void nb__dnnl_set_enabled(bool on);
 /* How many times a Winograd primitive (any direction) has run in this process: tests use it to
  * see which algorithm nb_set_conv_algo led to. */
 unsigned long long nb__dnnl_winograd_runs(void);
-/* Which route the float32 conv kernels take where a product over the windows of the input is one
- * (src/cpu/ops/conv.c, "the route by timing"): AUTO the rules or, where the route tuner is on,
- * the faster by timing; RULES always the rules; WINDOWS always the windows. Tests force each to
- * check both against the reference. Process-wide, like nb__dnnl_set_enabled. */
-typedef enum nb_conv_route { NB_CONV_ROUTE_AUTO, NB_CONV_ROUTE_RULES, NB_CONV_ROUTE_WINDOWS } nb_conv_route;
+/* Which route the float32 conv kernels take where a product over the windows of the input or
+ * nabla's Winograd (src/cpu/ops/wino.c) is one (src/cpu/ops/conv.c, "the route by timing"): AUTO
+ * the rules or, where the route tuner is on, the fastest by timing; RULES always the rules;
+ * WINDOWS / WINOGRAD always that route where the problem has it, else the rules. Tests force each
+ * to check them against the reference. Process-wide, like nb__dnnl_set_enabled. */
+typedef enum nb_conv_route {
+    NB_CONV_ROUTE_AUTO,
+    NB_CONV_ROUTE_RULES,
+    NB_CONV_ROUTE_WINDOWS,
+    NB_CONV_ROUTE_WINOGRAD
+} nb_conv_route;
 void nb__conv_set_route(nb_conv_route r);
 /* How many times a windows route (forward, input or weight gradient) ran in this process. */
 unsigned long long nb__conv_windows_runs(void);

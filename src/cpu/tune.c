@@ -1,4 +1,4 @@
-/* Choosing between two ways of running a problem by timing both: an open-addressed table of
+/* Choosing among the ways of running a problem by timing them: an open-addressed table of
  * problems behind one mutex per client (see tune_impl.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +38,19 @@ static nb_tune_slot *slot_of(nb_tuner *t, const int64_t *k)
     return NULL;
 }
 
-/* NABLA_TUNE_LOG=1: each settled problem on stderr (its key, the two best times, the choice). */
-static void log_settled(const nb_tuner *t, const nb_tune_slot *s)
+/* The way with the shortest best time among ways (a mask as nb_cpu_tune_pick's), else its first. */
+static int choice(const nb_tune_slot *s, unsigned ways)
+{
+    int best = 0;
+    for (int w = 1; w <= NB_TUNE_WAYS; w++) {
+        if (!(ways >> (w - 1) & 1u)) continue;
+        if (!best || (s->t[w - 1] > 0 && (s->t[best - 1] == 0 || s->t[w - 1] < s->t[best - 1]))) best = w;
+    }
+    return best ? best : 1;
+}
+
+/* NABLA_TUNE_LOG=1: each settled problem on stderr (its key, each way's best time, the choice). */
+static void log_settled(const nb_tuner *t, const nb_tune_slot *s, unsigned ways)
 {
     static atomic_int log_on = -1;
     int on = atomic_load_explicit(&log_on, memory_order_relaxed);
@@ -54,29 +65,37 @@ static void log_settled(const nb_tuner *t, const nb_tune_slot *s)
     while (last > 1 && s->key[last - 1] == 0) last--;
     for (int i = 0; i < last && len < (int)sizeof key; i++)
         len += snprintf(key + len, sizeof key - (size_t)len, "%s%lld", i ? "," : "", (long long)s->key[i]);
-    fprintf(stderr, "nabla: %s tuned [%s]: way 1 %.3f ms, way 2 %.3f ms: way %d\n", t->env, key, 1e3 * s->t[0],
-            1e3 * s->t[1], s->t[1] < s->t[0] ? 2 : 1);
+    char times[NB_TUNE_WAYS * 32] = "";
+    int tl = 0;
+    for (int w = 1; w <= NB_TUNE_WAYS; w++)
+        if (ways >> (w - 1) & 1u)
+            tl += snprintf(times + tl, sizeof times - (size_t)tl, "way %d %.3f ms, ", w, 1e3 * s->t[w - 1]);
+    fprintf(stderr, "nabla: %s tuned [%s]: %sway %d\n", t->env, key, times, choice(s, ways));
 }
 
-int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int *timed)
+int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], unsigned ways, int *timed)
 {
     *timed = -1;
     if (!nb_cpu_tune_enabled(t)) return 0;
-    int pick = 0;
     pthread_mutex_lock(&t->lock);
     nb_tune_slot *s = slot_of(t, key);
-    if (s && !s->seen) memcpy(s->key, key, sizeof s->key);
-    if (s && s->seen < t->calls) {
-        int step = t->schedule[s->seen++];
-        pick = abs(step);
-        if (step > 0) *timed = step - 1;
-    } else if (s) {
-        if (s->seen == t->calls) { /* the first call after the schedule */
-            s->seen++;
-            log_settled(t, s);
-        }
-        pick = s->t[1] < s->t[0] ? 2 : 1;
+    if (!s) {
+        pthread_mutex_unlock(&t->lock);
+        return 0;
     }
+    if (!s->seen) memcpy(s->key, key, sizeof s->key);
+    while (s->seen < t->calls) {
+        int step = t->schedule[s->seen++], way = abs(step);
+        if (way && !(ways >> (way - 1) & 1u)) continue; /* a way this problem does not have */
+        if (step > 0) *timed = step - 1;
+        pthread_mutex_unlock(&t->lock);
+        return way;
+    }
+    if (s->seen == t->calls) { /* the first call after the schedule */
+        s->seen++;
+        log_settled(t, s, ways);
+    }
+    int pick = choice(s, ways);
     pthread_mutex_unlock(&t->lock);
     return pick;
 }

@@ -1,5 +1,5 @@
-/* Internal: choosing between two ways of running a kernel by timing both (src/cpu/tune.c). The
- * gemm kernel chooses a BLAS library this way, the conv kernels a convolution route. */
+/* Internal: choosing among up to three ways of running a kernel by timing them (src/cpu/tune.c).
+ * The gemm kernel chooses a BLAS library this way, the conv kernels a convolution route. */
 #ifndef NB_TUNE_IMPL_H
 #define NB_TUNE_IMPL_H
 
@@ -10,17 +10,19 @@
 
 #define NB_TUNE_KEY 16    /* words of a problem's key (unused ones zero) */
 #define NB_TUNE_SLOTS 512 /* problems a tuner remembers; later ones keep the rules */
-#define NB_TUNE_MAX_CALLS 8
+#define NB_TUNE_MAX_CALLS 12
+#define NB_TUNE_WAYS 3
 
 typedef struct nb_tune_slot {
     int64_t key[NB_TUNE_KEY];
     int seen;    /* calls so far, up to the schedule's length + 1; 0: empty slot */
-    double t[2]; /* the best seconds timed on way 1 and way 2 (0: none yet) */
+    double t[NB_TUNE_WAYS]; /* the best seconds timed on ways 1, 2, 3 (0: none yet) */
 } nb_tune_slot;
 
 /* One client's table. schedule[i] says how call i + 1 of a problem runs: 0 by the client's rules,
- * +1 / +2 on way 1 / 2 and timed, -1 / -2 on that way untimed (a warm-up). After the schedule,
- * every call runs on the way with the shorter best time: the best of a way's timed calls, since
+ * +w on way w (1 to 3) and timed, -w on that way untimed (a warm-up); steps on a way the problem
+ * does not have are skipped. After the schedule, every call runs on the way with the shortest
+ * best time: the best of a way's timed calls, since
  * what disturbs a timing (other processes, a cold cache) only ever lengthens it. env names the variable that switches
  * the tuner: "0" off (the rules everywhere), anything else on; unset, on where the CPU has no
  * AVX-512 (nb_cpu_avx512()), the machines the rules were not measured on. NABLA_TUNE_LOG=1
@@ -41,9 +43,10 @@ typedef struct nb_tuner {
 bool nb_cpu_tune_enabled(nb_tuner *t);
 
 /* The way for this call of problem key: 0 = the rules (the tuner is off, its table is full, or
- * the schedule says so), 1 or 2. *timed: the way whose timings this call's seconds join (0 or 1),
- * or -1 when the call is not timed. */
-int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int *timed);
+ * the schedule says so), else 1 to 3, one of the problem's ways (bit w - 1 of ways: it has way
+ * w; the same for every call of a key). *timed: the way whose timings this call's seconds join,
+ * less one (0 to 2), or -1 when the call is not timed. */
+int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], unsigned ways, int *timed);
 
 /* Records sec as a timing of way timed + 1 of problem key. */
 void nb_cpu_tune_record(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int timed, double sec);

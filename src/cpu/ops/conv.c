@@ -22,7 +22,7 @@
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
 #include "cpu/tune_impl.h"
-#include "cpu/wino5_impl.h"
+#include "cpu/wino_impl.h"
 
 static nb_conv_geom geom(const nb_tensor *x, const nb_tensor *w, const nb_tensor *y, int64_t i0, int64_t i1)
 {
@@ -401,8 +401,8 @@ static nb_status im2col_input(const nb_conv_geom *g, const nb_kargs *a)
 /* flag: the fused ReLU. */
 static nb_status forward_rules(const nb_conv_geom *g, const nb_kargs *a)
 {
-    if (nb__wino5_applies(g, nb_get_conv_algo()))
-        return nb__wino5_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
+    if (nb__wino_applies(g, nb_get_conv_algo()))
+        return nb__wino_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
     if (strided_pointwise(g)) return strided_pointwise_forward(g, a);
     if (pointwise_cl(g) && pointwise_gemm_forward(g, a)) return pointwise_product(g, ptr(a->in[0]), a);
     return nb__dnnl_conv_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag, ptr(a->out));
@@ -410,8 +410,8 @@ static nb_status forward_rules(const nb_conv_geom *g, const nb_kargs *a)
 
 static nb_status backward_data_rules(const nb_conv_geom *g, const nb_kargs *a)
 {
-    if (nb__wino5_applies(g, nb_get_conv_algo()))
-        return nb__wino5_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
+    if (nb__wino_applies(g, nb_get_conv_algo()))
+        return nb__wino_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
     if (pointwise_cl(g) && g->oc < g->c) return pointwise_input(g, a);
     return nb__dnnl_conv_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out));
 }
@@ -419,8 +419,8 @@ static nb_status backward_data_rules(const nb_conv_geom *g, const nb_kargs *a)
 /* flag: gy is the one the input gradient just read (oneDNN may reuse its reorder). */
 static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a)
 {
-    if (nb__wino5_applies(g, nb_get_conv_algo()))
-        return nb__wino5_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
+    if (nb__wino_applies(g, nb_get_conv_algo()))
+        return nb__wino_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     if (pointwise_cl(g)) return pointwise_weights(g, a);
     if (nb__stem_applies(g))
         return nb__stem_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
@@ -447,7 +447,11 @@ static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a
  * nb_cpu_avx512() is false. Tests force either way with nb__conv_set_route. */
 #define ROUTE_MIN_FLOPS (1 << 25)
 
-static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", 6, 0, -2, 1, 2, 2, 1);
+/* The ways: 1 the rules, 2 the windows, 3 nabla's Winograd (src/cpu/ops/wino.c; 3x3 and 5x5
+ * stride-1 "same" layers with channels multiples of 16, not under the direct policy). With all
+ * three, the schedule is the rules, then the windows and Winograd untimed, then rules, windows,
+ * Winograd, Winograd, windows, rules timed; with two, the steps of the third are skipped. */
+static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", 9, 0, -2, -3, 1, 2, 3, 3, 2, 1);
 static atomic_int g_route;           /* an nb_conv_route */
 static atomic_ullong g_windows_runs; /* executions of the windows routes */
 
@@ -466,17 +470,28 @@ static bool windows_route(nb_op op, const nb_conv_geom *g)
     return true;
 }
 
+/* Whether g has a Winograd route that the rules do not take already. */
+static bool winograd_route(const nb_conv_geom *g, nb_conv_algo algo)
+{
+    return algo != NB_CONV_ALGO_DIRECT && nb__wino_fits(g) && !nb__wino_applies(g, algo);
+}
+
 /* A float32 problem on the route nb__conv_set_route forces, or the tuner's, or the rules'. */
 static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
 {
-    int64_t key[NB_TUNE_KEY] = {op, g->n, g->c, g->h, g->w, g->oc, g->kh, g->kw, a->i0, a->i1,
-                                a->in[2] != NULL || a->out2 != NULL, a->flag, nb_get_num_threads()};
+    nb_conv_algo algo = nb_get_conv_algo();
+    int64_t key[NB_TUNE_KEY] = {op,    g->n,  g->c,  g->h,  g->w,
+                                g->oc, g->kh, g->kw, a->i0, a->i1,
+                                a->in[2] != NULL || a->out2 != NULL,  a->flag, nb_get_num_threads(), algo};
     int timed = -1, way = 0;
     nb_conv_route forced = (nb_conv_route)atomic_load(&g_route);
     double flops = 2.0 * (double)(g->n * g->oh * g->ow * g->oc * g->c * g->kh * g->kw);
-    if (windows_route(op, g)) {
-        if (forced != NB_CONV_ROUTE_AUTO) way = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 0;
-        else if (flops >= ROUTE_MIN_FLOPS) way = nb_cpu_tune_pick(&g_route_tuner, key, &timed);
+    unsigned ways = 1u | (windows_route(op, g) ? 2u : 0u) | (winograd_route(g, algo) ? 4u : 0u);
+    if (forced == NB_CONV_ROUTE_WINDOWS || forced == NB_CONV_ROUTE_WINOGRAD) {
+        int w = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 3;
+        way = ways >> (w - 1) & 1u ? w : 0;
+    } else if (forced == NB_CONV_ROUTE_AUTO && ways != 1u && flops >= ROUTE_MIN_FLOPS) {
+        way = nb_cpu_tune_pick(&g_route_tuner, key, ways, &timed);
     }
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     nb_status st;
@@ -485,6 +500,12 @@ static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
         st = op == NB_OP_CONV2D                  ? im2col_forward(g, a)
              : op == NB_OP_CONV2D_BACKWARD_INPUT ? im2col_input(g, a)
                                                  : im2col_weights(g, a);
+    } else if (way == 3) {
+        st = op == NB_OP_CONV2D ? nb__wino_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag,
+                                                   ptr(a->out))
+             : op == NB_OP_CONV2D_BACKWARD_INPUT
+                 ? nb__wino_backward_data(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out))
+                 : nb__wino_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     } else {
         st = op == NB_OP_CONV2D                  ? forward_rules(g, a)
              : op == NB_OP_CONV2D_BACKWARD_INPUT ? backward_data_rules(g, a)

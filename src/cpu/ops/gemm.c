@@ -182,7 +182,7 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
         return 0;
     int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
     memcpy(key, k, sizeof k);
-    return nb_cpu_tune_pick(&g_tuner, key, timed);
+    return nb_cpu_tune_pick(&g_tuner, key, 3u, timed);
 }
 
 int nb_cpu_gemm_tuned_shapes(void) { return nb_cpu_tune_settled(&g_tuner); }
