@@ -39,6 +39,7 @@ void nb__wino_set_wide(bool on) { atomic_store(&g_wide, on); }
 
 #define NXI 36     /* 6 x 6 transformed points */
 #define TB_UNIT 12 /* tiles per block are a multiple of this (of every instance's ROWS) */
+#define BIG_FILTER_BYTES (4 << 20)
 
 typedef struct wgeom {
     int64_t n, h, w;                /* the pass's input (and output) images */
@@ -57,7 +58,18 @@ static wgeom wgeom_of(const nb_conv_geom *cg, int64_t ci, int64_t co, int64_t mi
     g.tw = (g.w + m - 1) / m;
     g.tiles = g.n * g.th * g.tw;
     int64_t tb = block_bytes / (NXI * 4 * (ci + co)) / TB_UNIT * TB_UNIT;
-    g.tb = tb < min_tb ? min_tb : tb > 16 * TB_UNIT ? 16 * TB_UNIT : tb;
+    /* each block reads all 36 transformed filter matrices; where they are larger than L3 can
+     * serve a block's products from, blocks of the most tiles (ResNet-50's 3x3 layers, batch 16,
+     * one thread, AVX2, ms forward / input gradient / weight gradient: 256 -> 256 channels at
+     * 14x14, 9.4 MB of filters, blocks of 12 tiles 52/52/53, of 192 27/25/42; but 128 -> 128 at
+     * 28x28, 2.4 MB, 17/16/21 against 26/22/29) */
+    if ((int64_t)NXI * 4 * ci * co > BIG_FILTER_BYTES) tb = 16 * TB_UNIT;
+    tb = tb < min_tb ? min_tb : tb > 16 * TB_UNIT ? 16 * TB_UNIT : tb;
+    /* as many blocks as a multiple of the threads, where there are few, and no larger than needed */
+    int64_t blocks = (g.tiles + tb - 1) / tb, nt = nb_get_num_threads();
+    if (blocks < 8 * nt) blocks = (blocks + nt - 1) / nt * nt;
+    tb = ((g.tiles + blocks - 1) / blocks + TB_UNIT - 1) / TB_UNIT * TB_UNIT;
+    g.tb = tb;
     /* one cache line more than the matrix: tb * C * 4 bytes is often a multiple of 2 KiB, which
      * would put the 36 matrices' rows in the same few L1 sets */
     g.vs = g.tb * ci + 16;
