@@ -2,7 +2,7 @@
  * nabla's own, each the median of 5 runs after 2 warm-ups, in ms, with each direction's largest
  * difference between the two, relative to oneDNN's result's largest value:
  *   - with C a multiple of 16: a 5x5 "same" convolution (stride 1, padding 2) in its three
- *     directions against nabla's Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), the evidence for
+ *     directions against nabla's Winograd F(2x2, 5x5) (src/cpu/ops/wino.c), the evidence for
  *     nb_set_conv_algo's auto rule on 5x5 layers;
  *   - with C from 1 to 4: the weight gradient of a K x K convolution (stride S, padding P)
  *     against nabla's few-channel kernel (src/cpu/ops/stem.c).

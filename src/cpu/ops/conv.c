@@ -3,7 +3,7 @@
  * stride/padding/dilation/groups; parameters packed as ops.def says). float32 runs on oneDNN
  * (src/cpu/dnnl.c) with the bias, and the ReLU when the forward's flag asks for it, fused into
  * the forward primitive, except 5x5 "same" convolutions on channels-last activations, which
- * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino5.c), the
+ * nb_set_conv_algo may send to nabla's own Winograd F(2x2, 5x5) (src/cpu/ops/wino.c), the
  * weight gradient of 1x1 channels-last convolutions, a matrix product (pointwise_weights), as are
  * their forward with fewer input than output channels and no bias or ReLU (pointwise_product)
  * and their input gradient with more (pointwise_input),
