@@ -114,8 +114,9 @@ int main(int argc, char **argv)
     int64_t oh = (h + 2 * p - k) / s + 1;
     nb_conv_geom g = {.n = n, .c = c, .h = h, .w = h, .oc = oc, .kh = k, .kw = k, .oh = oh, .ow = oh, .sh = s,
                       .sw = s, .ph = p, .pw = p, .dh = 1, .dw = 1, .groups = 1, .cl = 1};
-    if (stem ? !nb__stem_applies(&g) : !nb__wino_applies(&g, NB_CONV_ALGO_WINOGRAD)) {
-        fprintf(stderr, "conv5: this CPU has no AVX-512F: nabla's kernels do not run here\n");
+    if (stem ? !nb__stem_fits(&g) : !nb__wino_applies(&g, NB_CONV_ALGO_WINOGRAD)) {
+        fprintf(stderr, "conv5: this CPU lacks the instructions nabla's kernel needs here (%s)\n",
+                stem ? "AVX2 and FMA" : "AVX-512F");
         return 1;
     }
     size_t nx = (size_t)(n * c * h * h), ny = (size_t)(n * oc * oh * oh), nw = (size_t)(oc * c * k * k);

@@ -383,7 +383,7 @@ static void test_winograd_routes(void **state)
         for (int wide = 0; wide < 2; wide++) {
             unsigned long long before = nb__wino_runs();
             nb__wino_set_wide(wide);
-            nb__conv_set_route(NB_CONV_ROUTE_WINOGRAD);
+            nb__conv_set_route(NB_CONV_ROUTE_OWN);
             conv_all(x, w, b, gy, &p, false, got);
             nb__conv_set_route(NB_CONV_ROUTE_AUTO);
             nb__wino_set_wide(false);

@@ -29,15 +29,16 @@ void nb__dnnl_set_enabled(bool on);
  * see which algorithm nb_set_conv_algo led to. */
 unsigned long long nb__dnnl_winograd_runs(void);
 /* Which route the float32 conv kernels take where a product over the windows of the input or
- * nabla's Winograd (src/cpu/ops/wino.c) is one (src/cpu/ops/conv.c, "the route by timing"): AUTO
- * the rules or, where the route tuner is on, the fastest by timing; RULES always the rules;
- * WINDOWS / WINOGRAD always that route where the problem has it, else the rules. Tests force each
+ * nabla's own kernel (Winograd, src/cpu/ops/wino.c, or the few-channel weight gradient,
+ * src/cpu/ops/stem.c) is one (src/cpu/ops/conv.c, "the route by timing"): AUTO the rules or,
+ * where the route tuner is on, the fastest by timing; RULES always the rules; WINDOWS / OWN
+ * always that route where the problem has it, else the rules. Tests force each
  * to check them against the reference. Process-wide, like nb__dnnl_set_enabled. */
 typedef enum nb_conv_route {
     NB_CONV_ROUTE_AUTO,
     NB_CONV_ROUTE_RULES,
     NB_CONV_ROUTE_WINDOWS,
-    NB_CONV_ROUTE_WINOGRAD
+    NB_CONV_ROUTE_OWN
 } nb_conv_route;
 void nb__conv_set_route(nb_conv_route r);
 /* How many times a windows route (forward, input or weight gradient) ran in this process. */

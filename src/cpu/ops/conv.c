@@ -447,8 +447,10 @@ static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a
  * nb_cpu_avx512() is false. Tests force either way with nb__conv_set_route. */
 #define ROUTE_MIN_FLOPS (1 << 25)
 
-/* The ways: 1 the rules, 2 the windows, 3 nabla's Winograd (src/cpu/ops/wino.c; 3x3 and 5x5
- * stride-1 "same" layers with channels multiples of 16, not under the direct policy). With all
+/* The ways: 1 the rules, 2 the windows, 3 nabla's own kernel: Winograd (src/cpu/ops/wino.c; 3x3
+ * and 5x5 stride-1 "same" layers with channels multiples of 16, not under the direct policy), or
+ * for the weight gradient of layers with 1 to 4 input channels the few-channel kernel
+ * (src/cpu/ops/stem.c, which the rules take on AVX-512 CPUs only). With all
  * three, the schedule is the rules, then the windows and Winograd untimed, then rules, windows,
  * Winograd, Winograd, windows, rules timed; with two, the steps of the third are skipped. */
 static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", 9, 0, -2, -3, 1, 2, 3, 3, 2, 1);
@@ -470,9 +472,17 @@ static bool windows_route(nb_op op, const nb_conv_geom *g)
     return true;
 }
 
-/* Whether g has a Winograd route that the rules do not take already. */
-static bool winograd_route(const nb_conv_geom *g, nb_conv_algo algo)
+/* Whether op of g runs on nabla's own kernel (way 3): the few-channel weight gradient
+ * (src/cpu/ops/stem.c, any policy), else Winograd (src/cpu/ops/wino.c, not under direct). */
+static bool own_is_stem(nb_op op, const nb_conv_geom *g)
 {
+    return op == NB_OP_CONV2D_BACKWARD_WEIGHT && nb__stem_fits(g);
+}
+
+/* Whether op of g has a route on nabla's own kernel that the rules do not take already. */
+static bool own_route(nb_op op, const nb_conv_geom *g, nb_conv_algo algo)
+{
+    if (own_is_stem(op, g)) return !nb__stem_applies(g);
     return algo != NB_CONV_ALGO_DIRECT && nb__wino_fits(g) && !nb__wino_applies(g, algo);
 }
 
@@ -486,8 +496,8 @@ static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
     int timed = -1, way = 0;
     nb_conv_route forced = (nb_conv_route)atomic_load(&g_route);
     double flops = 2.0 * (double)(g->n * g->oh * g->ow * g->oc * g->c * g->kh * g->kw);
-    unsigned ways = 1u | (windows_route(op, g) ? 2u : 0u) | (winograd_route(g, algo) ? 4u : 0u);
-    if (forced == NB_CONV_ROUTE_WINDOWS || forced == NB_CONV_ROUTE_WINOGRAD) {
+    unsigned ways = 1u | (windows_route(op, g) ? 2u : 0u) | (own_route(op, g, algo) ? 4u : 0u);
+    if (forced == NB_CONV_ROUTE_WINDOWS || forced == NB_CONV_ROUTE_OWN) {
         int w = forced == NB_CONV_ROUTE_WINDOWS ? 2 : 3;
         way = ways >> (w - 1) & 1u ? w : 0;
     } else if (forced == NB_CONV_ROUTE_AUTO && ways != 1u && flops >= ROUTE_MIN_FLOPS) {
@@ -500,6 +510,8 @@ static nb_status run_routed(nb_op op, const nb_conv_geom *g, const nb_kargs *a)
         st = op == NB_OP_CONV2D                  ? im2col_forward(g, a)
              : op == NB_OP_CONV2D_BACKWARD_INPUT ? im2col_input(g, a)
                                                  : im2col_weights(g, a);
+    } else if (way == 3 && own_is_stem(op, g)) {
+        st = nb__stem_backward_weights(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->out), ptr(a->out2));
     } else if (way == 3) {
         st = op == NB_OP_CONV2D ? nb__wino_forward(g, ptr(a->in[0]), ptr(a->in[1]), ptr(a->in[2]), a->flag,
                                                    ptr(a->out))

@@ -17,7 +17,9 @@
  * so that a pixel's taps along one kernel row are KW * C consecutive floats and no load takes a
  * branch.
  *
- * Requires AVX-512F (checked at run time) and output channels a multiple of 16. */
+ * The inner kernels are one text in GCC's generic vectors (src/cpu/stem_kern_impl.h), built for
+ * AVX-512 (16 lanes, blocks of 4 x 6 or 2 x 12 vectors by taps) and AVX2 with FMA (8 lanes, 2 x 6
+ * or 1 x 12); the CPU picks one at run time. Output channels a multiple of 16. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,14 +36,12 @@ unsigned long long nb__stem_runs(void)
 #define MAX_C 4
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 
-#define VL 16     /* floats per vector */
-#define MAX_T 12  /* taps per block, at most */
-#define TGT __attribute__((target("avx512f")))
+#define MAX_T 12 /* taps per block, at most */
 
 typedef struct sgeom {
     const nb_conv_geom *g;
+    int64_t vl;     /* floats per vector: 16 (AVX-512) or 8 (AVX2) */
     int64_t vb;     /* vectors of output channels per block: 4, 2 or 1 */
     int64_t tmax;   /* taps per block, at most */
     int64_t band;   /* output rows per work item */
@@ -52,12 +52,16 @@ typedef struct sgeom {
     int64_t kwc;    /* taps per kernel row, kw * c */
 } sgeom;
 
-static sgeom sgeom_of(const nb_conv_geom *g)
+/* The block of vb vectors by tmax taps keeps its tmax vb accumulators, vb gradient vectors and
+ * one broadcast in the regs vector registers (AVX-512: 32, so 4 x 6 or 2 x 12; AVX2: 16, so
+ * 2 x 6 or 1 x 12), at most vbmax vectors wide. */
+static sgeom sgeom_of(const nb_conv_geom *g, int64_t vl, int64_t regs, int64_t vbmax)
 {
-    sgeom s = {.g = g, .kwc = g->kw * g->c};
-    int64_t v = g->oc / VL;
-    s.vb = v % 4 == 0 ? 4 : v % 2 == 0 ? 2 : 1;
-    s.tmax = s.vb == 4 ? 6 : MAX_T;
+    sgeom s = {.g = g, .vl = vl, .kwc = g->kw * g->c};
+    int64_t v = g->oc / vl;
+    s.vb = v % 4 == 0 && vbmax >= 4 ? 4 : v % 2 == 0 && vbmax >= 2 ? 2 : 1;
+    s.tmax = (regs - 1 - s.vb) / s.vb;
+    if (s.tmax > MAX_T) s.tmax = MAX_T;
     /* a band's output gradient in about 16 KiB, half of L1 */
     int64_t band = 4096 / (g->ow * g->oc);
     s.band = band < 1 ? 1 : band > g->oh ? g->oh : band;
@@ -90,43 +94,11 @@ static void pad_band(const sgeom *s, const float *x, int64_t b, int64_t oy0, flo
 
 /* ---- weight gradient ---------------------------------------------------------------------- */
 
-/* tot[t * oc + v] += sum over noy rows and ow pixels of in[oy * lrow + ox * step + t] *
- * gy[oy * grow + ox * oc + v], for T taps and VB vectors of channels. */
-static inline __attribute__((always_inline)) TGT void wg_body(const float *in, int64_t lrow, const float *gy,
-                                                               int64_t grow, int64_t noy, int64_t ow,
-                                                               int64_t step, int64_t oc, double *tot, const int T,
-                                                               const int VB)
-{
-    __m512 acc[MAX_T][4];
-    for (int t = 0; t < T; t++)
-        for (int v = 0; v < VB; v++) acc[t][v] = _mm512_setzero_ps();
-    for (int64_t oy = 0; oy < noy; oy++) {
-        const float *r = in + oy * lrow, *gr = gy + oy * grow;
-        for (int64_t ox = 0; ox < ow; ox++) {
-            __m512 gv[4];
-            for (int v = 0; v < VB; v++) gv[v] = _mm512_loadu_ps(gr + ox * oc + v * VL);
-            const float *xr = r + ox * step;
-            for (int t = 0; t < T; t++) {
-                __m512 xb = _mm512_set1_ps(xr[t]);
-                for (int v = 0; v < VB; v++) acc[t][v] = _mm512_fmadd_ps(xb, gv[v], acc[t][v]);
-            }
-        }
-    }
-    for (int t = 0; t < T; t++)
-        for (int v = 0; v < VB; v++) {
-            double *d = tot + t * oc + v * VL;
-            __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc[t][v]));
-            __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[t][v]), 1)));
-            _mm512_storeu_pd(d, _mm512_add_pd(_mm512_loadu_pd(d), lo));
-            _mm512_storeu_pd(d + 8, _mm512_add_pd(_mm512_loadu_pd(d + 8), hi));
-        }
-}
-
 #define WG_ARGS                                                                                    \
     const float *in, int64_t lrow, const float *gy, int64_t grow, int64_t noy, int64_t ow, int64_t step, \
         int64_t oc, double *tot
 #define WG_CASE(T_, VB_)                                                                           \
-    case T_: wg_body(in, lrow, gy, grow, noy, ow, step, oc, tot, T_, VB_); return
+    case T_: SK(wg_body)(in, lrow, gy, grow, noy, ow, step, oc, tot, T_, VB_); return
 #define WG_CASES_6(VB_)                                                                            \
     WG_CASE(1, VB_);                                                                               \
     WG_CASE(2, VB_);                                                                               \
@@ -143,69 +115,35 @@ static inline __attribute__((always_inline)) TGT void wg_body(const float *in, i
     WG_CASE(11, VB_);                                                                              \
     WG_CASE(12, VB_)
 
-static TGT void wg_v4(int T, WG_ARGS)
-{
-    switch (T) { WG_CASES_6(4); }
-}
-static TGT void wg_v2(int T, WG_ARGS)
-{
-    switch (T) { WG_CASES_12(2); }
-}
-static TGT void wg_v1(int T, WG_ARGS)
-{
-    switch (T) { WG_CASES_12(1); }
-}
+#define SK(name) name##_avx512
+#define SK_TARGET "avx512f,fma"
+#define VL 16
+#include "cpu/stem_kern_impl.h"
+#undef SK
+#undef SK_TARGET
+#undef VL
 
-/* Adds the band [oy0, oy1) of image b to the thread's totals tot [kh][kw][c][oc] (+ [oc], the
- * bias gradient, when bias). */
-static TGT void weights_band(const sgeom *s, const float *buf, const float *gy, int64_t b, int64_t oy0,
-                             int64_t oy1, double *tot, bool bias)
+#define SK(name) name##_avx2
+#define SK_TARGET "avx2,fma"
+#define VL 8
+#include "cpu/stem_kern_impl.h"
+#undef SK
+#undef SK_TARGET
+#undef VL
+
+static bool isa_ok(void)
 {
-    const nb_conv_geom *g = s->g;
-    int64_t oc = g->oc, vw = s->vb * VL, step = g->sw * g->c, grow = g->ow * oc;
-    int64_t nblk = (s->kwc + s->tmax - 1) / s->tmax;
-    for (int64_t kh = 0; kh < g->kh; kh++) {
-        /* the band's rows whose input row oy * sh - ph + kh is inside the image */
-        int64_t lo = oy0, hi = oy1;
-        while (lo < hi && lo * g->sh - g->ph + kh < 0) lo++;
-        while (hi > lo && (hi - 1) * g->sh - g->ph + kh >= g->h) hi--;
-        if (lo == hi) continue;
-        const float *in = buf + ((lo - oy0) * g->sh + kh) * s->ld;
-        const float *gr = gy + (b * g->oh + lo) * grow;
-        for (int64_t blk = 0, t0 = 0; blk < nblk; blk++) {
-            int T = (int)(s->kwc / nblk + (blk < s->kwc % nblk));
-            for (int64_t o = 0; o < oc; o += vw) {
-                double *d = tot + (kh * s->kwc + t0) * oc + o;
-                if (s->vb == 4)
-                    wg_v4(T, in + t0, g->sh * s->ld, gr + o, grow, hi - lo, g->ow, step, oc, d);
-                else if (s->vb == 2)
-                    wg_v2(T, in + t0, g->sh * s->ld, gr + o, grow, hi - lo, g->ow, step, oc, d);
-                else
-                    wg_v1(T, in + t0, g->sh * s->ld, gr + o, grow, hi - lo, g->ow, step, oc, d);
-            }
-            t0 += T;
-        }
-    }
-    if (!bias) return;
-    double *tb = tot + g->kh * s->kwc * oc;
-    for (int64_t o = 0; o < oc; o += VL) {
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t p = 0; p < (oy1 - oy0) * g->ow; p++)
-            sum = _mm512_add_ps(sum, _mm512_loadu_ps(gy + (b * g->oh + oy0) * grow + p * oc + o));
-        __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sum));
-        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
-        _mm512_storeu_pd(tb + o, _mm512_add_pd(_mm512_loadu_pd(tb + o), lo));
-        _mm512_storeu_pd(tb + o + 8, _mm512_add_pd(_mm512_loadu_pd(tb + o + 8), hi));
-    }
+    return nb_cpu_avx512() || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
 }
 
 nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
     g_runs++;
-    sgeom s = sgeom_of(g);
+    bool wide = nb_cpu_avx512();
+    sgeom s = wide ? sgeom_of(g, 16, 32, 4) : sgeom_of(g, 8, 16, 2);
     int64_t items = g->n * s.nbands, nw = g->kh * s.kwc * g->oc;
     int nt = nb_cpu_threads_for(items * s.band * g->ow * g->oc * g->kh * s.kwc, NB_CPU_GRAIN);
-    size_t acc = (size_t)(nw + g->oc), per = (size_t)(s.rows * s.ld + VL);
+    size_t acc = (size_t)(nw + g->oc), per = (size_t)(s.rows * s.ld + s.vl);
     size_t bytes = per * (size_t)nt * sizeof(float), dbytes = acc * (size_t)nt * sizeof(double);
     float *bufs = nb_cpu_alloc(bytes);
     double *tot = bufs ? nb_cpu_alloc(dbytes) : NULL;
@@ -225,7 +163,10 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
             int64_t bi = it / s.nbands, oy0 = it % s.nbands * s.band;
             int64_t oy1 = oy0 + s.band < g->oh ? oy0 + s.band : g->oh;
             pad_band(&s, x, bi, oy0, buf);
-            weights_band(&s, buf, gy, bi, oy0, oy1, my, gb != NULL);
+            if (wide)
+                weights_band_avx512(&s, buf, gy, bi, oy0, oy1, my, gb != NULL);
+            else
+                weights_band_avx2(&s, buf, gy, bi, oy0, oy1, my, gb != NULL);
         }
     }
     for (int k = 1; k < nt; k++) {
@@ -247,10 +188,15 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
 
 #else /* not x86-64: never chosen */
 
+static bool isa_ok(void)
+{
+    return false;
+}
+
 nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
     (void)g, (void)gy, (void)x, (void)gw, (void)gb;
-    return nb__err(NB_ERR_UNSUPPORTED, "conv2d_backward_weight: the few-channel kernels need x86-64 with AVX-512");
+    return nb__err(NB_ERR_UNSUPPORTED, "conv2d_backward_weight: the few-channel kernels need x86-64 with AVX2 and FMA");
 }
 
 #endif
@@ -261,8 +207,12 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
  * (16, 3 -> 96, 224x224, 11x11 stride 4) 39.9 / 23.3 against 39.3 / 24.2; small layers (64, 3 ->
  * 16, 32x32, 3x3) 0.79 against 0.65. The same scheme for the forward tied or lost (1.00x, 0.89x,
  * 0.95x on the first three). */
+bool nb__stem_fits(const nb_conv_geom *g)
+{
+    return g->cl && isa_ok() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 && g->dw == 1;
+}
+
 bool nb__stem_applies(const nb_conv_geom *g)
 {
-    return g->cl && nb_cpu_avx512() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 &&
-           g->dw == 1;
+    return nb_cpu_avx512() && nb__stem_fits(g);
 }
