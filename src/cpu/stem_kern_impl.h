@@ -39,7 +39,7 @@ SKF static inline __attribute__((always_inline)) void SK(wg_body)(const float *i
             for (int v = 0; v < VB; v++) gv[v] = *(const V *)(gr + ox * oc + v * VL);
             const float *xr = r + ox * step;
             for (int t = 0; t < T; t++) {
-                V xb = (V){0} + xr[t];
+                V xb = xr[t] - (V){0}; /* a broadcast: x - 0 is x, so no add is emitted */
                 for (int v = 0; v < VB; v++) acc[t][v] = xb * gv[v] + acc[t][v];
             }
         }
