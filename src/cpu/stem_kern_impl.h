@@ -5,7 +5,8 @@
  *   VL         floats per vector (8 or 16).
  * The vectors are GCC's generic vectors; a * b + c is contracted to FMA. The block shape (vb
  * vectors of output channels by up to tmax taps, all in registers) comes from the sgeom that
- * stem.c made for this instance's vector width and register count. */
+ * stem.c made for this instance's vector width and register count. The file undefines its
+ * parameters at its end. */
 
 typedef float SK(vf) __attribute__((vector_size(VL * 4), aligned(4), may_alias));
 typedef float SK(vh) __attribute__((vector_size(VL * 2), aligned(4), may_alias)); /* VL / 2 floats */
@@ -103,3 +104,6 @@ SKF static void SK(weights_band)(const sgeom *s, const float *buf, const float *
 
 #undef V
 #undef SKF
+#undef SK
+#undef SK_TARGET
+#undef VL

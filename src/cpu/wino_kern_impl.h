@@ -9,7 +9,8 @@
  * The vectors are GCC's generic vectors, so one text serves every width; the arithmetic is
  * written as a * b + c, which GNU C contracts to FMA. Everything here is static: the instance's
  * entry points are WK(conv_forward) and WK(conv_weights), and wino.c holds the shared geometry
- * (wgeom), the transform matrices and the dispatch. */
+ * (wgeom), the transform matrices and the dispatch. The file undefines its parameters at its
+ * end. */
 
 typedef float WK(vf) __attribute__((vector_size(VL * 4), aligned(4), may_alias));
 typedef float WK(vh) __attribute__((vector_size(VL * 2), aligned(4), may_alias));   /* VL / 2 floats */
@@ -435,3 +436,11 @@ static nb_status WK(conv_weights)(const nb_conv_geom *cg, const float *gy, const
 #undef ST
 #undef LDD
 #undef STD
+
+/* the instance's parameters, for the next one */
+#undef WK
+#undef WK_TARGET
+#undef VL
+#undef ROWS
+#undef CB
+#undef BLOCK_BYTES

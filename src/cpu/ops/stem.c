@@ -119,17 +119,11 @@ static void pad_band(const sgeom *s, const float *x, int64_t b, int64_t oy0, flo
 #define SK_TARGET "avx512f,fma"
 #define VL 16
 #include "cpu/stem_kern_impl.h"
-#undef SK
-#undef SK_TARGET
-#undef VL
 
 #define SK(name) name##_avx2
 #define SK_TARGET "avx2,fma"
 #define VL 8
 #include "cpu/stem_kern_impl.h"
-#undef SK
-#undef SK_TARGET
-#undef VL
 
 static bool isa_ok(void)
 {

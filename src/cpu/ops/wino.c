@@ -123,12 +123,6 @@ static void wino_zero_rows(const wgeom *g, float *V, int64_t from, int64_t ch)
 #define CB 8
 #define BLOCK_BYTES (512 * 1024)
 #include "cpu/wino_kern_impl.h"
-#undef WK
-#undef WK_TARGET
-#undef VL
-#undef ROWS
-#undef CB
-#undef BLOCK_BYTES
 
 #define WK(name) name##_avx2
 #define WK_TARGET "avx2,fma"
@@ -137,12 +131,6 @@ static void wino_zero_rows(const wgeom *g, float *V, int64_t from, int64_t ch)
 #define CB 4
 #define BLOCK_BYTES (256 * 1024)
 #include "cpu/wino_kern_impl.h"
-#undef WK
-#undef WK_TARGET
-#undef VL
-#undef ROWS
-#undef CB
-#undef BLOCK_BYTES
 
 /* tests: AVX-512's logic in AVX2 code (GCC splits each 64-byte vector in two, through memory) */
 #define WK(name) name##_wide
@@ -152,12 +140,6 @@ static void wino_zero_rows(const wgeom *g, float *V, int64_t from, int64_t ch)
 #define CB 8
 #define BLOCK_BYTES (512 * 1024)
 #include "cpu/wino_kern_impl.h"
-#undef WK
-#undef WK_TARGET
-#undef VL
-#undef ROWS
-#undef CB
-#undef BLOCK_BYTES
 
 typedef struct wino_isa {
     nb_status (*forward)(const nb_conv_geom *cg, bool flipped, const float *w, const float *in, const float *bias,
