@@ -438,13 +438,13 @@ static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a
  * 91-118 against 59-68, 512 at 7x7 89-106 against 52-56, 384 -> 384 at 13x13 142-207 against
  * 96-107; forwards of 3x3 stride-2 layers, 128 at 56x56 102-114 against 68-74, 512 at 14x14
  * 67-101 against 56-58; but the 7x7 stem's forward 45-49 against 108-175, and most input
- * gradients 10-30% faster on oneDNN. So there each problem with a windows route that the rules
- * do not take (op, geometry, bias, ReLU, thread count; at least ROUTE_MIN_FLOPS) is timed both
- * ways: its first call follows the rules, the second runs the windows untimed (their products'
- * own library choice in gemm.c settles meanwhile), the next four run the rules, the windows, the
- * windows and the rules, timed, and the way with the shorter best time runs every later call in the
- * process. NABLA_CONV_TUNE=0 turns this off, =1 on for every CPU; by default it is on where
- * nb_cpu_avx512() is false. Tests force either way with nb__conv_set_route. */
+ * gradients 10-30% faster on oneDNN. So there each problem with a route that the rules do not
+ * take, the windows or nabla's own kernel below (op, geometry, bias, ReLU, thread count, policy;
+ * at least ROUTE_MIN_FLOPS), is timed on each of its ways by the schedule below (the windows'
+ * products settle their own library choice in gemm.c during the untimed calls), and the way
+ * with the shortest best time runs every later call in the process. NABLA_CONV_TUNE=0 turns this
+ * off, =1 on for every CPU; by default it is on where nb_cpu_avx512() is false. Tests force a
+ * way with nb__conv_set_route. */
 #define ROUTE_MIN_FLOPS (1 << 25)
 
 /* The ways: 1 the rules, 2 the windows, 3 nabla's own kernel: Winograd (src/cpu/ops/wino.c; 3x3
