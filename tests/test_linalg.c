@@ -256,32 +256,39 @@ static void test_blas_vs_reference(void **state)
 
 /* Products big enough for the library to be chosen by timing (gemm.c; on by default on CPUs
  * without AVX-512, and in the ctest run test_linalg_tuned with NABLA_GEMM_TUNE=1): every call
- * of a shape, the untimed first, the four timed ones on either library and the ones after the
- * choice, matches the reference, at 1 and 2 threads, with and without beta. */
+ * of a shape, the untimed first, the six timed ones on OpenBLAS, oneDNN and OpenBLAS on the
+ * transposed product (K = 256 offers it), and the ones after the choice, matches the reference,
+ * at 1 and 2 threads, with and without beta on each way. */
 static void test_gemm_tuned(void **state)
 {
     int before = nb_cpu_gemm_tuned_shapes(), prev = nb_get_num_threads();
     static const int lays[3][3] = {{L_ROW, L_ROW, L_ROW}, {L_COL, L_ROW, L_ROW}, {L_ROW, L_COL, L_ROW}};
     for (int t = 1; t <= 2; t++) {
         NBT_OK(nb_set_num_threads(t));
-        for (int call = 0; call < 7; call++)
-            for (int l = 0; l < 3; l++) /* NN, TN, NT: 2 M N K = 2^25 */
-                compare_paths(1, 256, 256, 256, lays[l], 1, call % 3 == 2 ? 0.5 : 0, NB_FLOAT32);
+        for (int call = 0; call < 9; call++) {
+            for (int l = 0; l < 3; l++) /* NN, TN, NT: 2 M N K = 2^25; beta on calls 1 3 5 7 */
+                compare_paths(1, 256, 256, 256, lays[l], 1, call % 2 == 1 ? 0.5 : 0, NB_FLOAT32);
+            /* M != N: the transposed way's scratch is [N, M] */
+            compare_paths(1, 384, 192, 256, lays[1], 1, call % 2 == 1 ? 0.5 : 0, NB_FLOAT32);
+        }
     }
     NBT_OK(nb_set_num_threads(prev));
     /* nb_cpu_sgemm, the convolutions' entry: TN (a 1x1 layer's weight gradient) and NT, with a
-     * leading dimension above the width, against a double loop */
+     * leading dimension above the width, and beta on the odd calls, against a double loop */
     enum { D = 256, LD = 260 };
-    float *a = malloc(sizeof(float) * D * LD), *b = malloc(sizeof(float) * D * LD), *c = malloc(sizeof(float) * D * LD);
-    assert_true(a && b && c);
+    float *a = malloc(sizeof(float) * D * LD), *b = malloc(sizeof(float) * D * LD), *c = malloc(sizeof(float) * D * LD),
+          *c0 = malloc(sizeof(float) * D * LD);
+    assert_true(a && b && c && c0);
     for (int i = 0; i < D * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
     for (int tr = 0; tr < 2; tr++)
-        for (int call = 0; call < 7; call++) {
+        for (int call = 0; call < 9; call++) {
             char ta = tr ? 'N' : 'T', tb = tr ? 'T' : 'N';
-            assert_int_equal(nb_cpu_sgemm(ta, tb, D, D, D, 1.0f, a, LD, b, LD, 0.0f, c, LD), 0);
+            float beta = call % 2 == 1 ? 0.5f : 0.0f;
+            memcpy(c0, c, sizeof(float) * D * LD);
+            assert_int_equal(nb_cpu_sgemm(ta, tb, D, D, D, 1.0f, a, LD, b, LD, beta, c, LD), 0);
             for (int i = 0; i < D; i += 17)
                 for (int j = 0; j < D; j += 13) {
-                    double want = 0;
+                    double want = beta != 0 ? (double)beta * c0[i * LD + j] : 0;
                     for (int p = 0; p < D; p++)
                         want += (double)(tr ? a[i * LD + p] : a[p * LD + i]) * (double)(tr ? b[j * LD + p] : b[p * LD + j]);
                     if (fabs(c[i * LD + j] - want) > 1e-4 * (1 + fabs(want)))
@@ -289,9 +296,9 @@ static void test_gemm_tuned(void **state)
                                  (double)c[i * LD + j], want);
                 }
         }
-    free(a), free(b), free(c);
+    free(a), free(b), free(c), free(c0);
     const char *e = getenv("NABLA_GEMM_TUNE");
-    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 8);
+    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 10);
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */

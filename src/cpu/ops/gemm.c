@@ -7,7 +7,8 @@
  *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
  * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN as their transpose, see
- * small_m_nt):
+ * small_m_nt; on CPUs without AVX-512 a large float32 product is timed on OpenBLAS, on oneDNN
+ * and on OpenBLAS as its transpose, and the fastest kept, see tune_pick):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -161,20 +162,36 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * on Zen 3, 1 thread / 2 threads, ms, OpenBLAS against oneDNN: TN 1024x256x4480 (an LSTM's
  * weight gradient) 33 / 15 against 69 / 31; NN 1024x2048x4096 203 / 143 against 221 / 124;
  * TN 26752x2048x64 132 / 87 against 94 / 50; NN 4480x256x1024 44 / 16 against 31 / 16.
- * So there each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on both: its
- * first call follows the rules (it warms the caches and the pages of C), the next four run
- * OpenBLAS, oneDNN, oneDNN, OpenBLAS, timed, and the library with the shorter best time runs every
- * later call in the process. No product is run twice. NT products of 16-64 rows keep their
+ * A third way is OpenBLAS on the transposed product, C^T = op(B)^T op(A)^T, into scratch
+ * transposed back (sgemm_transposed): OpenBLAS blocks and packs the two sides differently, and
+ * for some shapes the other order is faster. Zen 3, best of 5, ms, 1 thread / 2 threads, as it
+ * is against transposed: the LSTM's TN 1024x256x4096 35 / 23 against 34 / 15, NN 4096x256x1024
+ * 35 / 18 against 30 / 18, NN 4096x256x10000 305 / 162 against 280 / 152; elsewhere even or
+ * slower, and the order that wins moves between runs. It is offered where the transposes are
+ * cheap beside the product: K of at least TRANSPOSED_MIN_K and C of at most TRANSPOSED_MAX_C
+ * elements.
+ * So there each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way:
+ * its first call follows the rules (it warms the caches and the pages of C), the next ones run
+ * OpenBLAS, oneDNN, transposed, transposed, oneDNN, OpenBLAS, timed (the transposed ones only
+ * where that way is offered), and the way with the shortest best time runs every later call in
+ * the process. No product is run twice. NT products of 16-64 rows keep their
  * transposed route (small_m_nt), which neither library's own call matches. NABLA_GEMM_TUNE=0 turns this off (the
  * rules everywhere), =1 on for every CPU; by default it is on where nb_cpu_avx512() is false
  * (the table and the timing are src/cpu/tune.c's). */
 #define TUNE_MIN_FLOPS (1 << 25) /* 2 M N K: about 0.4 ms at 1 thread; smaller ones keep the rules */
+#define TRANSPOSED_MIN_K 128
+#define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
-/* ways: 1 = OpenBLAS, 2 = oneDNN */
-static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", 5, 0, 1, 2, 2, 1);
+/* ways: 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS on the transposed product */
+static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", 7, 0, 1, 2, 3, 3, 2, 1);
 
-/* The library for this call of a product: 0 = the rules (not a product to tune, or its first
- * call), 1 = OpenBLAS, 2 = oneDNN; *timed as nb_cpu_tune_pick's. */
+static bool transposed_offered(const gemm_job *j)
+{
+    return j->k >= TRANSPOSED_MIN_K && (int64_t)j->m * j->n <= TRANSPOSED_MAX_C;
+}
+
+/* The way for this call of a product: 0 = the rules (not a product to tune, or its first
+ * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed; *timed as nb_cpu_tune_pick's. */
 static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_KEY], int *timed)
 {
     *timed = -1;
@@ -182,12 +199,30 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
         return 0;
     int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
     memcpy(key, k, sizeof k);
-    return nb_cpu_tune_pick(&g_tuner, key, 3u, timed);
+    return nb_cpu_tune_pick(&g_tuner, key, transposed_offered(j) ? 7u : 3u, timed);
 }
 
 int nb_cpu_gemm_tuned_shapes(void) { return nb_cpu_tune_settled(&g_tuner); }
 
-/* A float32 product on the library tune_pick gives for it, or, where it gives none, oneDNN when
+static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
+
+/* C = alpha op(A) op(B) + beta C as C^T = alpha op(B)^T op(A)^T + beta C^T on OpenBLAS into
+ * scratch ([N, M]; C is transposed into it first when beta is not 0), transposed back. False
+ * (nothing written) when the scratch cannot be had. */
+static bool sgemm_transposed(const gemm_job *j, const float *a, const float *b, float *c)
+{
+    size_t bytes = (size_t)j->m * (size_t)j->n * sizeof(float);
+    float *ct = nb_cpu_alloc(bytes);
+    if (!ct) return false;
+    if (j->beta != 0) nb_cpu_transpose(sizeof(float), c, j->ldc, ct, j->m, 1, j->m, j->n);
+    cblas_sgemm(CblasRowMajor, flip(j->tb), flip(j->ta), j->n, j->m, j->k, (float)j->alpha, b, j->ldb, a, j->lda,
+                (float)j->beta, ct, j->m);
+    nb_cpu_transpose(sizeof(float), ct, j->m, c, j->ldc, 1, j->n, j->m);
+    nb_cpu_free(ct, bytes);
+    return true;
+}
+
+/* A float32 product on the way tune_pick gives for it, or, where it gives none, oneDNN when
  * by_rule says so and OpenBLAS otherwise; the timed calls' seconds are recorded. Returns the
  * dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
 static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, bool by_rule)
@@ -196,10 +231,14 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     int timed, pick = tune_pick(j, in_batch_loop, key, &timed);
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     int st = dnnl_success;
+    if (pick == 3 && !sgemm_transposed(j, a, b, c)) {
+        pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
+        timed = -1;
+    }
     if (pick == 2 || (pick == 0 && by_rule))
         st = dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
                         (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
-    else
+    else if (pick != 3)
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
                     (float)j->beta, c, j->ldc);
     if (timed >= 0 && st == dnnl_success) nb_cpu_tune_record(&g_tuner, key, timed, nb_cpu_seconds() - t0);
