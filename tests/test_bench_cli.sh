@@ -187,6 +187,21 @@ if "$nabla" bench --model resnet20 --threads 1 "${tinier[@]}" --format json --co
 else
     fail "--conv-algo: $(cat ca0.txt ca1.txt | head -c 800)"
 fi
+# ---- warm-up while the CPU tuners time: FCN-R at batch 16 has products of 2^25 flops and more
+# (gemm.c tunes them); a shape called once per iteration runs 7 calls on the tuner's schedule
+# (the rules, then 6 timed on OpenBLAS, oneDNN and OpenBLAS transposed), so after 1 warm-up
+# iteration bench adds the 6 more that still run on it and 1 that runs none. With the tuner off
+# nothing is added. ----
+if NABLA_GEMM_TUNE=1 NABLA_CONV_TUNE=0 "$nabla" bench --model fcn-r --threads 1 --batch-size 16 --iters 1 --warmup 1 \
+        > tw1.txt 2> tw1.err &&
+    NABLA_GEMM_TUNE=0 NABLA_CONV_TUNE=0 "$nabla" bench --model fcn-r --threads 1 --batch-size 16 --iters 1 --warmup 1 \
+        > tw0.txt 2> tw0.err &&
+    grep -qx 'nabla bench: fcn-r, 1 thread: 7 more warm-up iterations while the CPU tuners timed' tw1.err &&
+    ! grep -q 'more warm-up' tw0.err; then
+    pass "tuning warm-up: $(cat tw1.err); none with the tuner off"
+else
+    fail "tuning warm-up: on: $(head -c 400 tw1.err); off: $(head -c 400 tw0.err)"
+fi
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
 if "$nabla" info | grep -Eq '^  cuda:[0-9]'; then

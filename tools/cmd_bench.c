@@ -5,7 +5,9 @@
  * One timed iteration = zero_grad, forward, cross-entropy loss, backward, (gradient clipping),
  * optimizer step, then the loss read back to the host (and the device synchronised), on inputs
  * built once (Gaussian images, uniform random labels; uniform random tokens for the LSTM). Each
- * (network, thread count) runs --warmup untimed iterations, then --iters timed ones; the report
+ * (network, thread count) runs --warmup untimed iterations (on the CPU, with --warmup above 0, and
+ * more while an iteration still runs calls on the tuners' schedules, nb_cpu_tuning_steps(), up to
+ * TUNE_WARMUP_MAX, said on stderr), then --iters timed ones; the report
  * gives the median, quartiles, min and max of the wall-clock seconds per mini-batch, samples/s
  * (sequences/s for the LSTM), achieved GFLOP/s = 3 x forward FLOPs per sample x batch / median
  * (a training step costs about 3x the forward pass; the forward counts are DLBENCH.md's), the
@@ -61,6 +63,9 @@ static const bench_spec specs[] = {
     {"sgemm", "", 1, SGEMM_N, SGEMM_N, 0, 1, 2.0 * SGEMM_N * SGEMM_N * SGEMM_N, OPT_NONE, 0, 0, 0, 0, false, false},
 };
 enum { N_SPECS = sizeof specs / sizeof specs[0], MAX_RUNS = 64, MAX_THREADS = 16 };
+/* Warm-up iterations added while the CPU tuners time (a shape called once per iteration needs 7
+ * calls, a convolution 9; the user's warm-up counts towards them). */
+enum { TUNE_WARMUP_MAX = 12 };
 
 typedef struct bench_result {
     const bench_spec *s;
@@ -413,7 +418,23 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     double *t = malloc((size_t)iters * sizeof *t);
     nb_status st = t ? NB_OK : NB_ERR_OOM;
     if (st == NB_OK && b->dev.type == NB_DEVICE_CPU) st = nb_set_num_threads(threads);
-    for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) st = iterate(n, b->dev, b->channels_last, &r->loss);
+    /* on the CPU, warm-up goes on while the last iteration still ran calls on the tuners'
+     * schedules (up to TUNE_WARMUP_MAX more), so that no timed iteration runs one */
+    unsigned long long s0 = 0, s1 = 0;
+    for (int64_t i = 0; st == NB_OK && i < b->o.warmup; i++) {
+        s0 = nb_cpu_tuning_steps();
+        st = iterate(n, b->dev, b->channels_last, &r->loss);
+        s1 = nb_cpu_tuning_steps();
+    }
+    int64_t extra = 0;
+    for (; st == NB_OK && b->dev.type == NB_DEVICE_CPU && s1 != s0 && extra < TUNE_WARMUP_MAX; extra++) {
+        s0 = s1;
+        st = iterate(n, b->dev, b->channels_last, &r->loss);
+        s1 = nb_cpu_tuning_steps();
+    }
+    if (extra > 0 && st == NB_OK)
+        fprintf(stderr, "nabla bench: %s, %d thread%s: %lld more warm-up iteration%s while the CPU tuners timed\n",
+                n->s->name, threads, threads == 1 ? "" : "s", (long long)extra, extra == 1 ? "" : "s");
     /* on a GPU, CUDA events bracket each iteration on the current stream: the time the device
      * took from the first queued kernel to the last, host gaps between launches included */
     bool gpu = b->dev.type == NB_DEVICE_CUDA;

@@ -141,6 +141,16 @@ NB_API const char *nb_conv_algo_name(nb_conv_algo algo);
 /* The algorithm of that name into *out; NB_ERR_INVALID_ARG (and *out untouched) for another name. */
 NB_API nb_status nb_conv_algo_parse(const char *name, nb_conv_algo *out);
 
+/* ---- tuning by timing (CPU) --------------------------------------------------------------- */
+
+/* How many calls so far ran on nabla's CPU tuners' schedules. Where the tuners are on (by default
+ * on CPUs without AVX-512; NABLA_GEMM_TUNE and NABLA_CONV_TUNE = 0 or 1 force them), the first
+ * calls of each large float32 matrix product shape (up to 7) and convolution (up to 9), per
+ * thread count, run on each of the ways that could serve it, timed, and every later call on the
+ * fastest. A call on the schedule may be slower than the problem will be: a benchmark warms up
+ * until an iteration adds nothing to this count (nabla bench does). */
+NB_API unsigned long long nb_cpu_tuning_steps(void);
+
 /* ---- scopes -------------------------------------------------------------------------------- */
 
 typedef struct nb_scope nb_scope;

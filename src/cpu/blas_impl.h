@@ -34,5 +34,7 @@ int nb_cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
 /* How many product shapes the gemm kernel has so far given to a library by timing both (see
  * gemm.c, "choosing the library by timing"): tests check that the timed path ran. */
 int nb_cpu_gemm_tuned_shapes(void);
+/* How many calls so far ran a step of the tuner's schedule. */
+unsigned long long nb_cpu_gemm_tuning_steps(void);
 
 #endif

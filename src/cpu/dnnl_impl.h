@@ -47,6 +47,8 @@ unsigned long long nb__conv_windows_runs(void);
  * how many problems it has timed both ways and settled so far. */
 bool nb__conv_tune_enabled(void);
 int nb__conv_tuned_problems(void);
+/* How many calls so far ran a step of the route tuner's schedule. */
+unsigned long long nb__conv_tuning_steps(void);
 
 /* Whether this CPU has oneDNN's Winograd kernels (its avx512_core instruction set). */
 bool nb__dnnl_winograd_available(void);

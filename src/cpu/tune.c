@@ -1,11 +1,14 @@
 /* Choosing among the ways of running a problem by timing them: an open-addressed table of
- * problems behind one mutex per client (see tune_impl.h). */
+ * problems behind one mutex per client (see tune_impl.h), and nb_cpu_tuning_steps over the two
+ * clients, gemm.c's and conv.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cpu/blas_impl.h"
 #include "cpu/cpu_impl.h"
+#include "cpu/dnnl_impl.h"
 #include "cpu/tune_impl.h"
 
 bool nb_cpu_tune_enabled(nb_tuner *t)
@@ -88,6 +91,7 @@ int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], unsigned ways,
         int step = t->schedule[s->seen++], way = abs(step);
         if (way && !(ways >> (way - 1) & 1u)) continue; /* a way this problem does not have */
         if (step > 0) *timed = step - 1;
+        t->steps++;
         pthread_mutex_unlock(&t->lock);
         return way;
     }
@@ -116,6 +120,16 @@ int nb_cpu_tune_settled(nb_tuner *t)
     pthread_mutex_unlock(&t->lock);
     return n;
 }
+
+unsigned long long nb_cpu_tune_steps(nb_tuner *t)
+{
+    pthread_mutex_lock(&t->lock);
+    unsigned long long n = t->steps;
+    pthread_mutex_unlock(&t->lock);
+    return n;
+}
+
+unsigned long long nb_cpu_tuning_steps(void) { return nb_cpu_gemm_tuning_steps() + nb__conv_tuning_steps(); }
 
 double nb_cpu_seconds(void)
 {

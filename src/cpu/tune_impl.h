@@ -33,6 +33,7 @@ typedef struct nb_tuner {
     signed char schedule[NB_TUNE_MAX_CALLS];
     pthread_mutex_t lock;
     atomic_int on; /* -1 until env is read */
+    unsigned long long steps; /* calls that ran a step of their problem's schedule (under lock) */
     nb_tune_slot slots[NB_TUNE_SLOTS];
 } nb_tuner;
 
@@ -53,6 +54,8 @@ void nb_cpu_tune_record(nb_tuner *t, const int64_t key[NB_TUNE_KEY], int timed, 
 
 /* How many problems have finished their schedule (tests: the timed path ran). */
 int nb_cpu_tune_settled(nb_tuner *t);
+/* How many calls so far ran a step of a problem's schedule. */
+unsigned long long nb_cpu_tune_steps(nb_tuner *t);
 
 /* A monotonic clock in seconds. */
 double nb_cpu_seconds(void);

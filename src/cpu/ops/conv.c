@@ -462,6 +462,8 @@ unsigned long long nb__conv_windows_runs(void) { return atomic_load(&g_windows_r
 bool nb__conv_tune_enabled(void) { return nb_cpu_tune_enabled(&g_route_tuner); }
 int nb__conv_tuned_problems(void) { return nb_cpu_tune_settled(&g_route_tuner); }
 
+unsigned long long nb__conv_tuning_steps(void) { return nb_cpu_tune_steps(&g_route_tuner); }
+
 /* Whether op of g has a windows route that the rules do not take already: channels-last,
  * ungrouped, more than one tap; the input gradient at stride 1 only. */
 static bool windows_route(nb_op op, const nb_conv_geom *g)

@@ -204,6 +204,8 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
 
 int nb_cpu_gemm_tuned_shapes(void) { return nb_cpu_tune_settled(&g_tuner); }
 
+unsigned long long nb_cpu_gemm_tuning_steps(void) { return nb_cpu_tune_steps(&g_tuner); }
+
 static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
 
 /* C = alpha op(A) op(B) + beta C as C^T = alpha op(B)^T op(A)^T + beta C^T on OpenBLAS into
