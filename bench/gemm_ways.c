@@ -1,0 +1,147 @@
+/* nabla_gemm_ways: one float32 product C[M, N] = op(A) op(B) (row-major, beta 0) timed on each
+ * way the gemm tuner chooses among (src/cpu/ops/gemm.c) and on one it does not use, best of R
+ * runs after one warm-up, in ms and GFLOP/s:
+ *   openblas    cblas_sgemm as it is;
+ *   onednn      dnnl_sgemm as it is;
+ *   transposed  cblas_sgemm on C^T = op(B)^T op(A)^T, into scratch transposed back (the
+ *               tuner's third way; the transposes are inside the time);
+ *   halves      with 2 threads or more: M split in two halves, each a 1-thread cblas_sgemm on
+ *               its own thread, at once. It tells whether two cores give more on a product
+ *               than OpenBLAS's own split does (docs/BENCHMARKS.md, session 16: they do not).
+ * The thread count is OMP_NUM_THREADS (OpenBLAS's OpenMP build and oneDNN follow it).
+ *
+ * usage: nabla_gemm_ways [-r R] TT M N K [TT M N K ...]   (TT: NN, NT, TN or TT; R default 5)
+ * e.g.   OMP_NUM_THREADS=2 build-bench/bench/nabla_gemm_ways TN 10000 256 4096 NN 4096 256 10000 */
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float *random_floats(size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    if (!p) return NULL;
+    uint32_t s = 12345u;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
+    }
+    return p;
+}
+
+/* out [cols, rows] = in [rows, cols], row-major, leading dimensions ldi and ldo */
+static void transpose(const float *in, int ldi, float *out, int ldo, int rows, int cols)
+{
+    enum { TB = 32 };
+#pragma omp parallel for schedule(static)
+    for (int r0 = 0; r0 < rows; r0 += TB)
+        for (int c0 = 0; c0 < cols; c0 += TB)
+            for (int r = r0; r < r0 + TB && r < rows; r++)
+                for (int c = c0; c < c0 + TB && c < cols; c++) out[(size_t)c * ldo + r] = in[(size_t)r * ldi + c];
+}
+
+typedef struct prob {
+    CBLAS_TRANSPOSE ta, tb;
+    int m, n, k, lda, ldb;
+    const float *a, *b;
+    float *c, *ct;
+} prob;
+
+static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
+
+/* way 0 openblas, 1 onednn, 2 transposed, 3 halves */
+static void run(const prob *p, int way)
+{
+    switch (way) {
+    case 0:
+        cblas_sgemm(CblasRowMajor, p->ta, p->tb, p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
+        break;
+    case 1:
+        dnnl_sgemm(p->ta == CblasTrans ? 'T' : 'N', p->tb == CblasTrans ? 'T' : 'N', p->m, p->n, p->k, 1.0f, p->a,
+                   p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
+        break;
+    case 2:
+        cblas_sgemm(CblasRowMajor, flip(p->tb), flip(p->ta), p->n, p->m, p->k, 1.0f, p->b, p->ldb, p->a, p->lda, 0.0f,
+                    p->ct, p->m);
+        transpose(p->ct, p->m, p->c, p->n, p->n, p->m);
+        break;
+    default: {
+        int half = (p->m / 2 + 15) / 16 * 16;
+#pragma omp parallel num_threads(2)
+        {
+            int id = omp_get_thread_num(), m0 = id ? half : 0, mm = id ? p->m - half : half;
+            /* row m0 of op(A): A's row m0 (N) or its column m0 (T) */
+            const float *a = p->ta == CblasNoTrans ? p->a + (size_t)m0 * p->lda : p->a + m0;
+            if (mm > 0)
+                cblas_sgemm(CblasRowMajor, p->ta, p->tb, mm, p->n, p->k, 1.0f, a, p->lda, p->b, p->ldb, 0.0f,
+                            p->c + (size_t)m0 * p->n, p->n);
+        }
+    }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 5, i = 1;
+    if (argc > 2 && !strcmp(argv[1], "-r")) {
+        reps = atoi(argv[2]);
+        i = 3;
+    }
+    if (reps < 1 || argc - i < 4 || (argc - i) % 4) {
+        fprintf(stderr, "usage: nabla_gemm_ways [-r R] TT M N K [TT M N K ...]\n");
+        return 2;
+    }
+    int threads = omp_get_max_threads();
+    printf("# %d thread%s, best of %d, ms (GFLOP/s)\n# shape              openblas          onednn"
+           "           transposed%s\n",
+           threads, threads == 1 ? "" : "s", reps, threads >= 2 ? "        halves" : "");
+    for (; i + 3 < argc; i += 4) {
+        const char *tt = argv[i];
+        int m = atoi(argv[i + 1]), n = atoi(argv[i + 2]), k = atoi(argv[i + 3]);
+        if (strlen(tt) != 2 || !strchr("NT", tt[0]) || !strchr("NT", tt[1]) || m < 1 || n < 1 || k < 1) {
+            fprintf(stderr, "nabla_gemm_ways: bad problem \"%s %s %s %s\"\n", tt, argv[i + 1], argv[i + 2],
+                    argv[i + 3]);
+            return 2;
+        }
+        prob p = {.ta = tt[0] == 'T' ? CblasTrans : CblasNoTrans, .tb = tt[1] == 'T' ? CblasTrans : CblasNoTrans,
+                  .m = m, .n = n, .k = k};
+        p.lda = p.ta == CblasTrans ? m : k;
+        p.ldb = p.tb == CblasTrans ? k : n;
+        float *a = random_floats((size_t)m * k), *b = random_floats((size_t)k * n);
+        p.a = a, p.b = b;
+        p.c = malloc((size_t)m * n * sizeof(float));
+        p.ct = malloc((size_t)m * n * sizeof(float));
+        if (!a || !b || !p.c || !p.ct) {
+            fprintf(stderr, "nabla_gemm_ways: out of memory for %s %d %d %d\n", tt, m, n, k);
+            return 1;
+        }
+        printf("%s %5d %5d %5d", tt, m, n, k);
+        for (int way = 0; way < (threads >= 2 ? 4 : 3); way++) {
+            run(&p, way);
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                double t0 = now();
+                run(&p, way);
+                double t = now() - t0;
+                best = t < best ? t : best;
+            }
+            printf("  %8.2f (%5.1f)", best * 1e3, 2.0 * m * n * k / best * 1e-9);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(a), free(b), free(p.c), free(p.ct);
+    }
+    return 0;
+}
