@@ -6,6 +6,7 @@
  * y (g - sum g y) cancel to values near 0, where only an absolute bound is meaningful); float64
  * rtol 1e-10, atol 1e-12; integer and bool results exactly. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -345,6 +346,70 @@ static void test_softmax_properties(void **state)
     nb_scope_end(s);
 }
 
+/* The float32 softmax family (softmax, log_softmax and cross entropy, forward and backward, over
+ * the last dim and over dim 0, which take the vectorised row and column passes and their exp of
+ * non-positive arguments) against the same ops in float64 on the same values (libm's exp): a few
+ * ulp, plus 2^-125 absolute where e^(x - max) falls below float32's normal range (rows spread
+ * over about 250, so many entries do), and -inf entries giving exactly 0. */
+static void test_softmax_f32_vs_f64(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_generator *g = nb_generator_create(17);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.generator = g;
+    p.dtype = NB_FLOAT64;
+    enum { R = 6, C = 1003 };
+    nb_tensor *x64 = NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn((int64_t[]){R, C}, 2, &p)), 40));
+    /* multiples of 2^-10 below 2^13: x - max is exact in float32, so the float32 side's error is
+     * its exp's and its sums' alone */
+    double *xv = nb_tensor_data_ptr(x64);
+    for (int i = 0; i < R * C; i++) xv[i] = round(xv[i] * 1024) / 1024;
+    xv[5 * C + 7] = -INFINITY, xv[5 * C + 900] = -INFINITY;
+    nb_tensor *x32 = NBT_CHECK(nb_to_dtype(x64, NB_FLOAT32));
+    nb_tensor *w = NBT_CHECK(nb_randn((int64_t[]){R, C}, 2, &p));
+    nb_tensor *t = NBT_CHECK(nb_randint(0, C, (int64_t[]){R}, 1, &(nb_tensor_params){.dtype = NB_INT64, .generator = g}));
+    const double tiny = 2.4e-38; /* 2^-125 */
+    for (int dim = 0; dim < 2; dim++) {
+        /* over dim 0: the transpose made contiguous, so that dim 0 is the reduced one in memory */
+        nb_tensor *a = dim ? x32 : NBT_CHECK(nb_contiguous(NBT_CHECK(nb_transpose(x32, 0, 1))));
+        nb_tensor *wa = dim ? w : NBT_CHECK(nb_contiguous(NBT_CHECK(nb_transpose(w, 0, 1))));
+        int64_t d = dim;
+        for (int lg = 0; lg < 2; lg++) {
+            nb_tensor *l32 = nbt_leaf(a), *l64 = nbt_leaf(NBT_CHECK(nb_to_dtype(a, NB_FLOAT64)));
+            nb_tensor *y32 = NBT_CHECK(lg ? nb_log_softmax(l32, d) : nb_softmax(l32, d));
+            nb_tensor *y64 = NBT_CHECK(lg ? nb_log_softmax(l64, d) : nb_softmax(l64, d));
+            char what[64];
+            snprintf(what, sizeof what, "%s over dim %d, float32 vs float64", lg ? "log_softmax" : "softmax", dim);
+            /* log_softmax's (x - max) - log(sum) is exact to an ulp of its larger term, up to 250 */
+            nbt_assert_close(y32, NBT_CHECK(nb_to_dtype(y64, NB_FLOAT32)), 1e-6, lg ? 3e-5 : tiny, what);
+            NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(y32, wa)), NULL, 0, false)), NULL, 0));
+            NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(y64, NBT_CHECK(nb_to_dtype(wa, NB_FLOAT64)))), NULL,
+                                                0, false)),
+                               NULL, 0));
+            /* y (w - sum(w y)) and w - e^y sum(w) cancel: an ulp of |w| <= 5 (and of |sum(w)| <= 60)
+             * absolute */
+            strcat(what, " (gradient)");
+            nbt_assert_close(nb_tensor_grad(l32), NBT_CHECK(nb_to_dtype(nb_tensor_grad(l64), NB_FLOAT32)), 1e-5,
+                             lg ? 1e-5 : 5e-7, what);
+        }
+    }
+    nb_tensor *l32 = nbt_leaf(x32), *l64 = nbt_leaf(NBT_CHECK(nb_to_dtype(x32, NB_FLOAT64)));
+    nb_tensor *c32 = NBT_CHECK(nb_cross_entropy(l32, t, NULL)), *c64 = NBT_CHECK(nb_cross_entropy(l64, t, NULL));
+    nbt_assert_close(c32, NBT_CHECK(nb_to_dtype(c64, NB_FLOAT32)), 1e-6, 0, "cross_entropy float32 vs float64");
+    NBT_OK(nb_backward(c32, NULL, 0));
+    NBT_OK(nb_backward(c64, NULL, 0));
+    /* the gradient's exp(x - lse) takes lse rounded to float32: up to half an ulp of ~150 in its
+     * argument, 4e-6 relative */
+    nbt_assert_close(nb_tensor_grad(l32), NBT_CHECK(nb_to_dtype(nb_tensor_grad(l64), NB_FLOAT32)), 1e-5, tiny,
+                     "cross_entropy float32 vs float64 (gradient)");
+    /* -inf logits: probability exactly 0 */
+    nb_tensor *sm = NBT_CHECK(nb_softmax(x32, 1));
+    const float *sv = nb_tensor_data_ptr(sm);
+    assert_true(sv[5 * C + 7] == 0.0f && sv[5 * C + 900] == 0.0f);
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------ */
 
 static void test_errors(void **state)
@@ -404,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_softmax_properties),
+        cmocka_unit_test(test_softmax_f32_vs_f64),
         cmocka_unit_test(test_fast_vs_reference),
         cmocka_unit_test(test_reference),
     };

@@ -13,7 +13,9 @@
  * line NaN, as in PyTorch. The backward takes an AVX-512 pass for contiguous float32 rows of
  * log_softmax (two passes: sum g; g - exp(y) sum), else the reference path. Without AVX-512
  * (nb_cpu_avx512) the float32 rows run the same passes as portable loops that the compiler
- * vectorises (target_clones, unary_math_impl.h's exp, within 2 ulp).
+ * vectorises (target_clones, unary_math_impl.h's nb_vexpf_nonpos: its exp for the x <= 0 these
+ * passes take, within 2 ulp down to float32's normal range, without the overflow side and the
+ * subnormal rounding of nb_vexpf; 1.3-1.5x faster cross entropy over [4096, 10000] on Zen 3).
  *   CROSS_ENTROPY           x [N, C], targets t [N] (int64, in range): out[n] = lse(x[n]) - x[n, t],
  *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double)
  *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
@@ -289,7 +291,7 @@ NB_VEC_CLONES static double row_expsum_f32(const float *x, float *e, int64_t D, 
         float *o = e ? e + i0 : buf;
         const float *xi = x + i0;
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) o[i] = nb_vexpf(xi[i] - m);
+        for (int64_t i = 0; i < n; i++) o[i] = nb_vexpf_nonpos(xi[i] - m);
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < n; i++) s += o[i];
     }
@@ -321,7 +323,7 @@ static double lse_f32_vec(const float *x, int64_t D)
 NB_VEC_CLONES static void ce_bwd_f32_vec(const float *x, float *o, int64_t D, float lse, float g, int64_t t)
 {
 #pragma omp simd
-    for (int64_t i = 0; i < D; i++) o[i] = nb_vexpf(x[i] - lse) * g;
+    for (int64_t i = 0; i < D; i++) o[i] = nb_vexpf_nonpos(x[i] - lse) * g;
     if (t >= 0 && t < D) o[t] = o[t] - g;
 }
 
@@ -333,7 +335,7 @@ NB_VEC_CLONES static void lsm_bwd_f32_vec(const float *g, const float *y, float 
     for (int64_t i = 0; i < D; i++) s += g[i];
     float vs = (float)s;
 #pragma omp simd
-    for (int64_t i = 0; i < D; i++) o[i] = g[i] - nb_vexpf(y[i]) * vs;
+    for (int64_t i = 0; i < D; i++) o[i] = g[i] - nb_vexpf_nonpos(y[i]) * vs;
 }
 
 /* ---- the fast path: contiguous [outer, D, inner], dim not last ------------------------------ */
@@ -343,7 +345,7 @@ NB_VEC_CLONES static void lsm_bwd_f32_vec(const float *g, const float *y, float 
 NB_VEC_CLONES static void expsub_f32_vec(float *e, const float *x, const float *m, int64_t n)
 {
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) e[j] = nb_vexpf(x[j] - m[j]);
+    for (int64_t j = 0; j < n; j++) e[j] = nb_vexpf_nonpos(x[j] - m[j]);
 }
 
 static void expsub_f32(float *e, const float *x, const float *m, int64_t n)

@@ -76,6 +76,31 @@ static inline float nb_vexpf(float x)
     return x != x ? x : y;
 }
 
+/* e^x for x <= 0 (a softmax's x - max, cross entropy's x - lse, log-probabilities): nb_vexpf's
+ * reduction and polynomial, without its overflow side, its NaN selects or its two-step scaling,
+ * for the softmax family's passes over whole rows. x below -87.34 (e^x below 2^-126, where
+ * nb_vexpf rounds into the subnormals) gives 0 or a value within 2^-126 of e^x; -inf gives 0;
+ * NaN gives NaN (through the polynomial). Small positive x (rounding in x - lse) stays within
+ * 2 ulp up to x = 88. */
+static inline float nb_vexpf_nonpos(float x)
+{
+    float xc = x < -88.0f ? -88.0f : x; /* then 2^n >= 2^-127, whose bits below are 0 */
+    const float magic = 12582912.0f;
+    float t = xc * 1.44269504088896341f + magic;
+    float n = t - magic;
+    uint32_t ni = (uint32_t)nb_f32_bits(t) - (uint32_t)nb_f32_bits(magic); /* n, mod 2^32 (NaN: any) */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * nb_bits_f32((int32_t)((ni + 127u) << 23)); /* n = -127: 2^n's bits are 0, so 0 */
+}
+
 /* log(x) in float32, within 2 ulp (Cephes' logf polynomial on the mantissa in
  * [sqrt(1/2), sqrt(2))). Subnormals are scaled up first; log(0) = -inf, log(x < 0) = NaN. */
 static inline float nb_vlogf(float x)
