@@ -50,18 +50,14 @@ static inline int64_t nb_f64_bits(double f)
     return i;
 }
 
-/* e^x in float32, within 2 ulp of the correctly rounded value (Cephes' expf polynomial after a
- * Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2). 2^n is applied in two halves so that
- * results in the subnormal range round once, and x > 88.73 gives inf. */
-static inline float nb_vexpf(float x)
+/* The core of the float32 exps below (Cephes' expf polynomial after a Cody-Waite reduction x = n
+ * ln2 + r, |r| <= ln2/2): e^r for xc in [-104, 89] (NaN gives NaN), and n as the low bits of *t
+ * (xc log2(e) + 1.5 * 2^23): bits(*t) - bits(1.5 * 2^23) = n. */
+static inline float nb_expf_core(float xc, float *t)
 {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    xc = x != x ? 0.0f : xc; /* keeps the bit arithmetic below defined */
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in low bits */
-    float t = xc * 1.44269504088896341f + magic;
-    float n = t - magic;
-    int32_t ni = nb_f32_bits(t) - nb_f32_bits(magic);
+    *t = xc * 1.44269504088896341f + magic;
+    float n = *t - magic;
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -70,34 +66,33 @@ static inline float nb_vexpf(float x)
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    return p * (r * r) + r + 1.0f;
+}
+
+/* e^x in float32, within 2 ulp of the correctly rounded value. 2^n is applied in two halves so
+ * that results in the subnormal range round once, and x > 88.73 gives inf. */
+static inline float nb_vexpf(float x)
+{
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    xc = x != x ? 0.0f : xc; /* keeps the bit arithmetic below defined */
+    float t, p = nb_expf_core(xc, &t);
+    int32_t ni = nb_f32_bits(t) - nb_f32_bits(12582912.0f);
     int32_t n1 = ni / 2, n2 = ni - n1;
     float y = p * nb_bits_f32((n1 + 127) << 23) * nb_bits_f32((n2 + 127) << 23);
     return x != x ? x : y;
 }
 
 /* e^x for x <= 0 (a softmax's x - max, cross entropy's x - lse, log-probabilities): nb_vexpf's
- * reduction and polynomial, without its overflow side, its NaN selects or its two-step scaling,
- * for the softmax family's passes over whole rows. x below -87.34 (e^x below 2^-126, where
- * nb_vexpf rounds into the subnormals) gives 0 or a value within 2^-126 of e^x; -inf gives 0;
- * NaN gives NaN (through the polynomial). Small positive x (rounding in x - lse) stays within
- * 2 ulp up to x = 88. */
+ * core without its overflow side, its NaN selects or its two-step scaling, for the softmax
+ * family's passes over whole rows. x below -87.34 (e^x below 2^-126, where nb_vexpf rounds into
+ * the subnormals) gives 0 or a value within 2^-126 of e^x; -inf gives 0; NaN gives NaN (through
+ * the polynomial). Small positive x (rounding in x - lse) stays within 2 ulp up to x = 88. */
 static inline float nb_vexpf_nonpos(float x)
 {
     float xc = x < -88.0f ? -88.0f : x; /* then 2^n >= 2^-127, whose bits below are 0 */
-    const float magic = 12582912.0f;
-    float t = xc * 1.44269504088896341f + magic;
-    float n = t - magic;
-    uint32_t ni = (uint32_t)nb_f32_bits(t) - (uint32_t)nb_f32_bits(magic); /* n, mod 2^32 (NaN: any) */
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    float t, p = nb_expf_core(xc, &t);
+    uint32_t ni = (uint32_t)nb_f32_bits(t) - (uint32_t)nb_f32_bits(12582912.0f); /* n, mod 2^32 (NaN: any) */
     return p * nb_bits_f32((int32_t)((ni + 127u) << 23)); /* n = -127: 2^n's bits are 0, so 0 */
 }
 
