@@ -53,6 +53,9 @@ bool nb_cpu_streams_output(int64_t out_bytes);
  * OPENBLAS_CORETYPE and ONEDNN_MAX_CPU_ISA): the tests run so to check the portable paths on an
  * AVX-512 machine, and a user can compare the two. */
 bool nb_cpu_avx512(void);
+/* Whether the CPU and the OS support AVX2 and FMA (libgcc's check; false off x86-64 or without
+ * GCC's builtins): the least nabla's generic-vector kernels (src/cpu/ops/wino.c, stem.c) need. */
+bool nb_cpu_avx2_fma(void);
 
 /* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,
  * rows ldi (in) and ldo (out) elements apart, matrices rows * ldi and cols * ldo apart; tiled and

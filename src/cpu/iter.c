@@ -38,7 +38,7 @@ int64_t nb_cpu_stream_threshold(void)
 
 bool nb_cpu_streams_output(int64_t out_bytes) { return out_bytes >= 2 * nb_cpu_stream_threshold(); }
 
-static bool g_avx512;
+static bool g_avx512, g_avx2_fma;
 static pthread_once_t g_isa_once = PTHREAD_ONCE_INIT;
 
 static void isa_init(void)
@@ -48,10 +48,17 @@ static void isa_init(void)
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     g_avx512 = !capped && __builtin_cpu_supports("avx512f");
+    g_avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     (void)capped;
-    g_avx512 = false;
+    g_avx512 = g_avx2_fma = false;
 #endif
+}
+
+bool nb_cpu_avx2_fma(void)
+{
+    pthread_once(&g_isa_once, isa_init);
+    return g_avx2_fma;
 }
 
 bool nb_cpu_avx512(void)

@@ -125,11 +125,6 @@ static void pad_band(const sgeom *s, const float *x, int64_t b, int64_t oy0, flo
 #define VL 8
 #include "cpu/stem_kern_impl.h"
 
-static bool isa_ok(void)
-{
-    return nb_cpu_avx512() || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-}
-
 nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
     g_runs++;
@@ -182,11 +177,6 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
 
 #else /* not x86-64: never chosen */
 
-static bool isa_ok(void)
-{
-    return false;
-}
-
 nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, const float *x, float *gw, float *gb)
 {
     (void)g, (void)gy, (void)x, (void)gw, (void)gb;
@@ -203,7 +193,7 @@ nb_status nb__stem_backward_weights(const nb_conv_geom *g, const float *gy, cons
  * 0.95x on the first three). */
 bool nb__stem_fits(const nb_conv_geom *g)
 {
-    return g->cl && isa_ok() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 && g->dw == 1;
+    return g->cl && nb_cpu_avx2_fma() && g->c <= MAX_C && g->oc % 16 == 0 && g->groups == 1 && g->dh == 1 && g->dw == 1;
 }
 
 bool nb__stem_applies(const nb_conv_geom *g)

@@ -156,12 +156,6 @@ static const wino_isa *isa(void)
     return nb_cpu_avx512() ? &avx512 : &avx2;
 }
 
-static bool cpu_fits(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 nb_status nb__wino_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                            float *y)
 {
@@ -182,8 +176,6 @@ nb_status nb__wino_backward_weights(const nb_conv_geom *g, const float *gy, cons
 }
 
 #else /* not x86-64 with GCC's vectors: never chosen */
-
-static bool cpu_fits(void) { return false; }
 
 nb_status nb__wino_forward(const nb_conv_geom *g, const float *x, const float *w, const float *b, bool relu,
                            float *y)
@@ -208,13 +200,7 @@ nb_status nb__wino_backward_weights(const nb_conv_geom *g, const float *gy, cons
 
 bool nb__wino_fits(const nb_conv_geom *g)
 {
-    static atomic_int fits = -1;
-    int f = atomic_load_explicit(&fits, memory_order_relaxed);
-    if (f < 0) {
-        f = cpu_fits();
-        atomic_store_explicit(&fits, f, memory_order_relaxed);
-    }
-    if (!f || !g->cl || g->groups != 1 || g->kh != g->kw || (g->kh != 3 && g->kh != 5)) return false;
+    if (!nb_cpu_avx2_fma() || !g->cl || g->groups != 1 || g->kh != g->kw || (g->kh != 3 && g->kh != 5)) return false;
     if (g->sh != 1 || g->sw != 1 || g->ph != (g->kh - 1) / 2 || g->pw != g->ph || g->dh != 1 || g->dw != 1 ||
         g->oh != g->h || g->ow != g->w)
         return false;
