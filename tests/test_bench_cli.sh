@@ -193,14 +193,36 @@ fi
 # iteration bench adds the 6 more that still run on it and 1 that runs none. With the tuner off
 # nothing is added. ----
 if NABLA_GEMM_TUNE=1 NABLA_CONV_TUNE=0 "$nabla" bench --model fcn-r --threads 1 --batch-size 16 --iters 1 --warmup 1 \
-        > tw1.txt 2> tw1.err &&
+        --format json > tw1.txt 2> tw1.err &&
     NABLA_GEMM_TUNE=0 NABLA_CONV_TUNE=0 "$nabla" bench --model fcn-r --threads 1 --batch-size 16 --iters 1 --warmup 1 \
         > tw0.txt 2> tw0.err &&
     grep -qx 'nabla bench: fcn-r, 1 thread: 7 more warm-up iterations while the CPU tuners timed' tw1.err &&
-    ! grep -q 'more warm-up' tw0.err; then
-    pass "tuning warm-up: $(cat tw1.err); none with the tuner off"
+    grep -q '"warmup": 1, "warmup_added": 7,' tw1.txt && ! grep -q 'more warm-up' tw0.err; then
+    pass "tuning warm-up: $(cat tw1.err), and in the JSON; none with the tuner off"
 else
-    fail "tuning warm-up: on: $(head -c 400 tw1.err); off: $(head -c 400 tw0.err)"
+    fail "tuning warm-up: on: $(head -c 400 tw1.err) $(head -c 400 tw1.txt); off: $(head -c 400 tw0.err)"
+fi
+# ---- --step-in-backward: a bad value is a usage error; on, the losses after two updates equal
+# those of the separate step (SGD with momentum and Adam: the same updates, made earlier), the
+# JSON says so, and the LSTM, which clips its gradients after backward, is a row with the reason ----
+expect 2 'bench: unknown --step-in-backward "yes" (expected on or off)' \
+    "$nabla" bench --model cnn --step-in-backward yes
+if "$nabla" bench --model fcn-r,cnn --threads 1 "${tiny[@]}" --format json > sb0.txt 2> sb.err &&
+    "$nabla" bench --model fcn-r,cnn --threads 1 "${tiny[@]}" --format json --step-in-backward on > sb1.txt 2>> sb.err &&
+    [[ $(grep -c '"step_in_backward": true' sb1.txt) -eq 2 ]] && [[ $(grep -c '"step_in_backward": false' sb0.txt) -eq 2 ]] &&
+    paste -d'\n' sb0.txt sb1.txt | sed -E 's/.*"loss": ([^,}]*).*/\1/' | paste - - |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-7) exit 1 }'; then
+    pass "--step-in-backward on: losses after two updates equal the step's ($(sed -E 's/.*"loss": ([^,}]*).*/\1/' sb0.txt sb1.txt | tr '\n' ' '))"
+else
+    fail "--step-in-backward: $(cat sb0.txt sb1.txt | head -c 800)"
+fi
+"$nabla" bench --model lstm --threads 1 --batch-size 2 --iters 1 --warmup 0 --format json --step-in-backward on \
+    > sbl.txt 2> sbl.err
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q '"error": "lstm clips its gradients' sbl.txt && grep -q 'leaves no gradients for' sbl.err; then
+    pass "--step-in-backward on: the LSTM's row says why it cannot run ($(head -c 200 sbl.err))"
+else
+    fail "--step-in-backward on with the LSTM: exit $rc, $(head -c 400 sbl.txt) $(head -c 400 sbl.err)"
 fi
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2

@@ -2,7 +2,8 @@
  * (momentum, nesterov, weight decay), Adam, AdamW with amsgrad, RMSprop (centered, momentum), in
  * float32 and float64, over several parameters (one spanning many chunks), for three steps with
  * the same gradients; clip_grad_norm_ on device gradients; state saved from the GPU and loaded
- * on the CPU. Exits 77 (ctest: Skipped) without a GPU. */
+ * on the CPU; the step in backward on the GPU (SGD's products added into the weights, Adam's
+ * per-parameter launches) against the CPU's separate step. Exits 77 (ctest: Skipped) without a GPU. */
 #include <math.h>
 #include <stdio.h>
 
@@ -116,9 +117,50 @@ static void test_clip(void **state)
     nb_scope_end(s);
 }
 
+/* sum((tanh(x W0^T + b1) @ W2)^2) on the GPU, stepping in backward, against the CPU stepping
+ * after backward: plain SGD (W0 and W2 take their products straight) and Adam. */
+static void test_step_in_backward(void **state)
+{
+    (void)state;
+    const int64_t sizes[3][2] = {{4, 5}, {4, 0}, {4, 3}};
+    for (int which = 0; which < 2; which++) {
+        nb_scope *s = nb_scope_begin();
+        nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){8, 5}, 2, NULL)), *dx = NBT_CHECK(nb_to(x, NBT_CUDA0));
+        nb_tensor *hp[3], *dp[3];
+        for (int i = 0; i < 3; i++) {
+            nb_tensor *init = NBT_CHECK(nb_randn(sizes[i], sizes[i][1] ? 2 : 1, NULL));
+            hp[i] = nbt_leaf(init);
+            dp[i] = NBT_CHECK(nb_tensor_retain(NBT_CHECK(nb_to(init, NBT_CUDA0))));
+            NBT_OK(nb_tensor_set_requires_grad(dp[i], true));
+        }
+        nb_sgd_params sp = nb_sgd_params_default();
+        sp.lr = 0.05;
+        nb_adam_params ap = nb_adam_params_default();
+        nb_optim *oh = NBT_CHECK(which ? nb_optim_adam(hp, 3, &ap) : nb_optim_sgd(hp, 3, &sp));
+        nb_optim *od = NBT_CHECK(which ? nb_optim_adam(dp, 3, &ap) : nb_optim_sgd(dp, 3, &sp));
+        NBT_OK(nb_optim_step_in_backward(od, true));
+        for (int k = 0; k < 3; k++) {
+            nb_tensor *h = NBT_CHECK(nb_mm(nb_tanh(nb_linear(x, hp[0], hp[1])), hp[2]));
+            nb_tensor *d = NBT_CHECK(nb_mm(nb_tanh(nb_linear(dx, dp[0], dp[1])), dp[2]));
+            NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_mul(h, h), NULL, 0, false)), NULL, 0));
+            NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_mul(d, d), NULL, 0, false)), NULL, 0));
+            NBT_OK(nb_optim_step(oh));
+            NBT_OK(nb_optim_zero_grad(oh));
+            for (int i = 0; i < 3; i++) assert_null(nb_tensor_grad(dp[i]));
+        }
+        for (int i = 0; i < 3; i++)
+            nbt_assert_close(NBT_CHECK(nb_to(dp[i], nb_cpu())), hp[i], 2e-5, 2e-6, "parameter after 3 steps in backward");
+        nb_optim_free(oh);
+        nb_optim_free(od);
+        for (int i = 0; i < 3; i++) nb_tensor_free(dp[i]);
+        nb_scope_end(s);
+    }
+}
+
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_optimizers), cmocka_unit_test(test_clip)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_optimizers), cmocka_unit_test(test_clip),
+                                       cmocka_unit_test(test_step_in_backward)};
     return NBT_RUN(tests);
 }

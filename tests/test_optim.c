@@ -8,6 +8,7 @@
 
 #include "nbtest.h"
 #include "nabla/optim.h"
+#include "nabla/profiler.h"
 #include "optim/optim_impl.h"
 
 #define STEPS 5
@@ -517,6 +518,161 @@ static int load_ref(void **state)
     return g_ref ? 0 : -1;
 }
 
+/* ---- the step in backward ------------------------------------------------------------------ */
+
+enum { BW_NP = 10 };
+
+/* A small graph over params p: linear weight p0 and bias p1; p2 the right operand of an mm; p3 the
+ * left matrix of an addmm whose input is p4 (broadcast); p5 used twice (matmul, 3-D by 2-D); p6
+ * the left operand of an mm; p7 reached through a view (a transpose); p8 @ p9, both leaves. The
+ * loss is a sum of squares. `alias`: the linear's input is p0 itself (detached), so its weight gradient reads the
+ * weight. */
+static nb_tensor *bw_loss(nb_tensor **p, const nb_tensor *x, bool alias)
+{
+    nb_tensor *h = alias ? nb_linear(nb_detach(p[0]), p[0], p[1]) : nb_linear(x, p[0], p[1]); /* [4, 4] */
+    h = nb_tanh(h);
+    h = nb_mm(h, p[2]);                           /* [4, 3] */
+    h = nb_addmm(p[4], p[3], h, 0.5, 0.75);       /* [2, 3] */
+    int64_t s3[3] = {1, 2, 3};
+    h = nb_reshape(nb_sigmoid(h), s3, 3);
+    h = nb_matmul(nb_matmul(h, p[5]), p[5]);      /* [1, 2, 3] */
+    int64_t s2[2] = {2, 3};
+    h = nb_mm(p[6], nb_reshape(h, s2, 2));        /* [3, 3] */
+    h = nb_mm(h, nb_transpose(p[7], 0, 1));       /* [3, 2] */
+    nb_tensor *h2 = nb_mm(p[8], p[9]);           /* [2, 2] */
+    return nb_add(nb_sum(nb_mul(h, h), NULL, 0, false), nb_sum(nb_mul(h2, h2), NULL, 0, false));
+}
+
+static nb_optim *bw_optim(int kind, nb_tensor **p)
+{
+    if (kind == 2) {
+        nb_adam_params ap = nb_adam_params_default();
+        ap.lr = 0.05, ap.weight_decay = 0.01;
+        return nb_optim_adam(p, BW_NP, &ap);
+    }
+    nb_sgd_params sp = nb_sgd_params_default();
+    sp.lr = 0.1;
+    if (kind == 1) sp.momentum = 0.9, sp.weight_decay = 0.01, sp.nesterov = true;
+    return nb_optim_sgd(p, BW_NP, &sp);
+}
+
+static int64_t optim_step_calls(void)
+{
+    nb_profile_entry e[64];
+    int n = nb_profiler_entries(e, 64);
+    for (int i = 0; i < n && i < 64; i++)
+        if (!strcmp(e[i].name, "optimizer_step")) return e[i].calls;
+    return 0;
+}
+
+/* Three steps of an optimizer that steps in backward against the same optimizer stepping after
+ * backward (whose updates are checked against PyTorch above), from the same values. kind: 0 plain
+ * SGD (the products go straight into p0, p2, p3, p6 and p8), 1 SGD with momentum, weight decay and
+ * Nesterov, 2 Adam. */
+static void bw_case(int kind, nb_dtype dt, bool alias)
+{
+    nb_scope *sc = nb_scope_begin();
+    static const int64_t shapes[BW_NP][2] = {{4, 5}, {4, 0}, {4, 3}, {2, 4}, {3, 0}, {3, 3}, {3, 2}, {2, 3}, {2, 3}, {3, 2}};
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = dt;
+    nb_manual_seed(7);
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){4, 5}, 2, &tp)), *a[BW_NP], *b[BW_NP];
+    for (int i = 0; i < BW_NP; i++) {
+        int nd = shapes[i][1] ? 2 : 1;
+        nb_tensor *v = NBT_CHECK(nb_randn(shapes[i], nd, &tp));
+        a[i] = nbt_leaf(nb_mul_scalar(v, 0.5));
+        b[i] = nbt_leaf(a[i]);
+    }
+    if (alias) a[0] = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){4, 4}, 2, &tp))), b[0] = nbt_leaf(a[0]);
+    nb_optim *oa = NBT_CHECK(bw_optim(kind, a)), *ob = NBT_CHECK(bw_optim(kind, b));
+    NBT_OK(nb_optim_step_in_backward(ob, true));
+    for (int s = 0; s < 3; s++) {
+        NBT_OK(nb_backward(NBT_CHECK(bw_loss(a, x, alias)), NULL, 0));
+        NBT_OK(nb_optim_step(oa));
+        NBT_OK(nb_optim_zero_grad(oa));
+        uint64_t v0 = nb_tensor_version(b[0]);
+        NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+        NBT_OK(nb_backward(NBT_CHECK(bw_loss(b, x, alias)), NULL, 0));
+        nb_profiler_stop();
+        /* every parameter had its update in backward, and no gradient is left */
+        int64_t general = kind == 0 ? (alias ? 6 : 5) : BW_NP;
+        assert_int_equal(optim_step_calls(), general);
+        assert_true(nb_tensor_version(b[0]) > v0);
+        for (int i = 0; i < BW_NP; i++) assert_null(nb_tensor_grad(b[i]));
+        NBT_OK(nb_optim_step(ob)); /* no grads: nothing */
+        for (int i = 0; i < BW_NP; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "step in backward, kind %d%s, step %d, param %d", kind,
+                     alias ? " (aliased input)" : "", s, i);
+            nbt_assert_close(b[i], a[i], dt == NB_FLOAT64 ? 1e-12 : 2e-5, dt == NB_FLOAT64 ? 1e-13 : 1e-6, what);
+        }
+    }
+    nb_optim_free(oa);
+    nb_optim_free(ob);
+    nb_scope_end(sc);
+}
+
+static void test_step_in_backward(void **state)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        bw_case(kind, NB_FLOAT64, false);
+        bw_case(kind, NB_FLOAT32, false);
+    }
+    bw_case(0, NB_FLOAT64, true);
+}
+
+/* Turning it off, a parameter in two such optimizers, a grad already set, a kept graph. */
+static void test_step_in_backward_rules(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *w = nbt_leaf(NBT_CHECK(nb_full((int64_t[]){2, 2}, 2, 1.0, NULL)));
+    nb_tensor *x = NBT_CHECK(nb_full((int64_t[]){1, 2}, 2, 1.0, NULL));
+    nb_sgd_params sp = nb_sgd_params_default();
+    sp.lr = 0.5;
+    nb_optim *o = NBT_CHECK(nb_optim_sgd(&w, 1, &sp)), *o2 = NBT_CHECK(nb_optim_sgd(&w, 1, &sp));
+    NBT_OK(nb_optim_step_in_backward(o, true));
+    NBT_OK(nb_optim_step_in_backward(o, true)); /* again: no change */
+    NBT_FAILS(nb_optim_step_in_backward(o2, true) != NB_OK, NB_ERR_INVALID_ARG, "step_in_backward", "params[0]",
+              "another optimizer", NULL);
+    NBT_FAILS(nb_optim_step_in_backward(NULL, true) != NB_OK, NB_ERR_INVALID_ARG, "NULL", NULL);
+    nb_tensor *u = nbt_leaf(x), *two[2] = {u, u};
+    nb_optim *o3 = NBT_CHECK(nb_optim_sgd(two, 2, &sp));
+    NBT_FAILS(nb_optim_step_in_backward(o3, true) != NB_OK, NB_ERR_INVALID_ARG, "params[1] is params[0]", NULL);
+    nb_optim_free(o3);
+
+    /* sum(x @ w^T) has d/dw = 1 everywhere: with a grad of 1 already set, w steps by 2 * 0.5 */
+    NBT_OK(nb_tensor_set_grad(w, NBT_CHECK(nb_full((int64_t[]){2, 2}, 2, 1.0, NULL))));
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_linear(x, w, NULL), NULL, 0, false)), NULL, 0));
+    float v[4];
+    NBT_OK(nb_tensor_read(w, v, sizeof v));
+    assert_true(v[0] == 0.0f && v[3] == 0.0f);
+    assert_null(nb_tensor_grad(w));
+
+    /* a kept graph that saved w cannot run again once w has stepped */
+    nb_tensor *loss = NBT_CHECK(nb_sum(nb_linear(w, w, NULL), NULL, 0, false));
+    NBT_OK(nb_backward(loss, NULL, NB_RETAIN_GRAPH));
+    NBT_FAILS(nb_backward(loss, NULL, 0) != NB_OK, NB_ERR_AUTOGRAD, NULL);
+
+    /* off: backward leaves the grad, and the step is nb_optim_step's again */
+    NBT_OK(nb_optim_step_in_backward(o, false));
+    NBT_OK(nb_tensor_read(w, v, sizeof v));
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_linear(x, w, NULL), NULL, 0, false)), NULL, 0));
+    assert_non_null(nb_tensor_grad(w));
+    float v2[4];
+    NBT_OK(nb_tensor_read(w, v2, sizeof v2));
+    assert_true(v2[0] == v[0]);
+    NBT_OK(nb_optim_step(o));
+    NBT_OK(nb_tensor_read(w, v2, sizeof v2));
+    assert_true(v2[0] == v[0] - 0.5f);
+
+    /* freeing an optimizer lets another one take the parameter */
+    NBT_OK(nb_optim_step_in_backward(o, true));
+    nb_optim_free(o);
+    NBT_OK(nb_optim_step_in_backward(o2, true));
+    nb_optim_free(o2);
+    nb_scope_end(sc);
+}
+
 static int free_ref(void **state)
 {
     nb_tensor_map_free(g_ref);
@@ -532,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_sched_state), cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_zero_grad_and_refs), cmocka_unit_test(test_bad_state_dicts),
+        cmocka_unit_test(test_step_in_backward), cmocka_unit_test(test_step_in_backward_rules),
     };
     return cmocka_run_group_tests(tests, load_ref, free_ref);
 }

@@ -23,7 +23,10 @@
  * --memory-format channels_last converts the image batch to channels-last in each step (as
  * torch_bench.py's flag of the same name, which also converts the model). --conv-algo sets the
  * CPU convolutions' algorithm (nb_set_conv_algo; the default is NABLA_CONV_ALGO's, else auto);
- * the JSON records the one used. */
+ * the JSON records the one used. --step-in-backward on makes each optimizer step in backward
+ * (nb_optim_step_in_backward; torch_bench.py's flag of the same name does PyTorch's recipe for it):
+ * the timed iteration is the same, and its nb_optim_step finds nothing left to do. Networks that
+ * clip their gradients (the LSTM) cannot run that way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +75,7 @@ typedef struct bench_result {
     int threads;
     int64_t batch, params;
     double med, q1, q3, lo, hi, loss, rss_mb, alloc_mb;
+    int64_t warmup_added; /* iterations added to --warmup while the CPU tuners timed */
     bool ok;
     char err[256];
 } bench_result;
@@ -82,6 +86,7 @@ typedef struct bench {
     char dev_name[32];
     nb_profile_mode profile; /* with --profile (o.profile set) */
     bool channels_last;      /* --memory-format channels_last */
+    bool step_in_backward;   /* --step-in-backward on */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
     bench_result res[MAX_RUNS * MAX_THREADS];
@@ -170,6 +175,10 @@ static int setup(bench *b)
     if (mf && strcmp(mf, "contiguous") && strcmp(mf, "channels_last"))
         return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
     b->channels_last = mf && !strcmp(mf, "channels_last");
+    const char *sb = b->o.step_in_backward;
+    if (sb && strcmp(sb, "on") && strcmp(sb, "off"))
+        return cli_fail(CLI_USAGE, "bench: unknown --step-in-backward \"%s\" (expected on or off)", sb);
+    b->step_in_backward = sb && !strcmp(sb, "on");
     int crc = cli_set_conv_algo("bench", b->o.conv_algo);
     if (crc != CLI_OK) return crc;
     int rc = parse_models(b);
@@ -340,6 +349,15 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t 
         }
         if (ok) nb_module_parameters(n->m, n->params, n->n_params);
         ok = ok && (n->opt = make_optim(s, n->params, n->n_params));
+        if (ok && o->step_in_backward && !strcmp(o->step_in_backward, "on")) {
+            if (s->clip > 0) {
+                nb_generator_free(g);
+                snprintf(err, cap, "%s clips its gradients' norm to %g after backward, which --step-in-backward on "
+                         "leaves no gradients for", s->name, s->clip);
+                return false;
+            }
+            ok = nb_optim_step_in_backward(n->opt, true) == NB_OK;
+        }
         if (ok) nb_module_train(n->m, true);
     }
     ok = ok && make_data(n, g, dev) == NB_OK;
@@ -468,7 +486,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
         qsort(t, (size_t)iters, sizeof *t, cmp_double);
         int k = (int)iters;
         *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .params = r->params,
-                            .loss = r->loss, .ok = true, .lo = t[0], .hi = t[k - 1], .med = quantile(t, k, 0.5),
+                            .loss = r->loss, .ok = true, .warmup_added = extra, .lo = t[0], .hi = t[k - 1], .med = quantile(t, k, 0.5),
                             .q1 = quantile(t, k, 0.25), .q3 = quantile(t, k, 0.75), .rss_mb = peak_rss_mb()};
         nb_memory_stats ms;
         r->alloc_mb = nb_memory_stats_get(b->dev, &ms) == NB_OK ? (double)ms.peak_allocated / 1048576.0 : NAN;
@@ -514,8 +532,9 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("device", b->dev_name);
     json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
     json_str("conv_algo", nb_conv_algo_name(nb_get_conv_algo()));
-    printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
-           (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
+    printf("\"step_in_backward\": %s, ", b->step_in_backward ? "true" : "false");
+    printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, \"warmup_added\": %lld, ",
+           r->threads, (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup, (long long)r->warmup_added);
     if (!r->ok) {
         json_str("error", r->err);
         json_num("fwd_flops_per_sample", r->s->fwd_flops, true);
@@ -622,7 +641,7 @@ int cmd_bench(int argc, char **argv)
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
                        "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir "
-                       "--profile --memory-format --conv-algo",
+                       "--profile --memory-format --conv-algo --step-in-backward",
                        &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {

@@ -2,7 +2,12 @@
 
 usage: .venv-bench/bin/python bench/dlbench/torch_bench.py [--model a,b,...] [--device cpu|cuda[:N]]
            [--threads 1,2,...] [--batch-size N] [--warmup N] [--iters N] [--format json|csv|table]
-           [--seed N] [--cudnn-benchmark on|off]
+           [--seed N] [--cudnn-benchmark on|off] [--step-in-backward on|off]
+
+--step-in-backward on steps each parameter in backward, as soon as its gradient is whole, with
+PyTorch's recipe ("How to save memory by fusing the optimizer step into the backward pass"): one
+optimizer per parameter, stepped and zeroed by a register_post_accumulate_grad_hook; the
+iteration's optimizer step then has nothing left to do (nabla's flag of the same name).
 
 Networks come from torch_models.build (the DLBench six, cnn, resnet20) and torch_lm.LSTMLM (lstm);
 "sgemm" is one 2048^3 float32 matmul per iteration. One timed iteration = zero_grad(set_to_none),
@@ -110,7 +115,8 @@ class Net:
     """The model, optimizer and batch of one network (all built once; with --data real a
     DataLoader over the training set gives each iteration's batch)."""
 
-    def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None, memory_format="contiguous"):
+    def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None, memory_format="contiguous",
+                 step_in_backward=False):
         c, h, w, classes, _, _, opt, _ = SPECS[name]
         self.name, self.batch, self.device, self.state = name, batch, device, None
         torch.manual_seed(seed)
@@ -146,10 +152,28 @@ class Net:
         kind, lr, momentum, wd, nesterov, self.clip = opt
         ps = list(self.model.parameters())
         self.params = ps
-        if kind == "adam":
-            self.opt = torch.optim.Adam(ps, lr=lr)
-        else:
-            self.opt = torch.optim.SGD(ps, lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov)
+
+        def make(ps):
+            if kind == "adam":
+                return torch.optim.Adam(ps, lr=lr)
+            return torch.optim.SGD(ps, lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov)
+
+        self.opt = make(ps)
+        self.step_in_backward = step_in_backward
+        if step_in_backward:
+            if self.clip > 0:
+                raise ValueError(f"{name} clips its gradients' norm to {self.clip:g} after backward, which "
+                                 "--step-in-backward on leaves no gradients for")
+            if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
+                raise ValueError(f"--step-in-backward on needs PyTorch 2.1 or later (this is {torch.__version__})")
+            per = {p: make([p]) for p in ps}
+
+            def hook(p):
+                per[p].step()
+                per[p].zero_grad(set_to_none=True)
+
+            for p in ps:
+                p.register_post_accumulate_grad_hook(hook)
 
     def num_params(self):
         return sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0
@@ -182,7 +206,8 @@ class Net:
         loss.backward()
         if self.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        self.opt.step()
+        if not self.step_in_backward:
+            self.opt.step()
         v = loss.item()
         self.sync()
         return v
@@ -190,7 +215,8 @@ class Net:
 
 def time_net(net, threads, args, device_name):
     r = {"impl": "pytorch", "model": net.name, "device": device_name, "threads": threads, "batch": net.batch,
-         "iters": args.iters, "warmup": args.warmup, "memory_format": args.memory_format,
+         "iters": args.iters, "warmup": args.warmup, "warmup_added": 0, "memory_format": args.memory_format,
+         "step_in_backward": net.step_in_backward if net.model is not None else False,
          # PyTorch has no algorithm switch for its CPU convolutions (its oneDNN path asks for the
          # direct algorithm); cuDNN chooses its own on CUDA
          "conv_algo": ("cudnn-benchmark" if torch.backends.cudnn.benchmark else "default")
@@ -271,6 +297,8 @@ def main():
     ap.add_argument("--cudnn-benchmark", default="on", choices=["on", "off"],
                     help="on a GPU: torch.backends.cudnn.benchmark, cuDNN's timed search per shape (nabla's "
                          "convolutions always search); default on")
+    ap.add_argument("--step-in-backward", default="off", choices=["on", "off"],
+                    help="on: each parameter steps in backward (register_post_accumulate_grad_hook)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's per-op table (self time) on stderr after each network")
     args = ap.parse_args()
@@ -296,13 +324,15 @@ def main():
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
-            net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format)
+            net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format,
+                      args.step_in_backward == "on")
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
             for t in threads:
                 r = {"impl": "pytorch", "model": name, "device": device_name, "threads": t, "batch": batch,
-                     "iters": args.iters, "warmup": args.warmup, "error": f"{name}: {e}",
+                     "iters": args.iters, "warmup": args.warmup, "warmup_added": 0,
+                     "step_in_backward": args.step_in_backward == "on", "error": f"{name}: {e}",
                      "fwd_flops_per_sample": SPECS[name][5]}
                 rows.append(r)
                 emit(r, args.format)

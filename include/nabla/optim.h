@@ -77,6 +77,21 @@ NB_API void nb_optim_free(nb_optim *opt);
 NB_API nb_status nb_optim_step(nb_optim *opt);
 /* Sets every parameter's grad to NULL (PyTorch 2's zero_grad(set_to_none=True)). */
 NB_API nb_status nb_optim_zero_grad(nb_optim *opt);
+/* on = true: the optimizer steps during nb_backward instead of in nb_optim_step, as PyTorch's
+ * recipe with register_post_accumulate_grad_hook ("optimizer step in backward"). As soon as a
+ * backward has given one of its parameters its whole gradient (from every use in the graph, added
+ * to any grad already set), that parameter gets its update and its grad is set back to NULL. So
+ * no parameter's gradient outlives its update (peak memory drops by up to the gradients' size),
+ * and nb_optim_step finds no grad and does nothing. With plain SGD (no momentum, no weight
+ * decay), a parameter used once, as the weight of nb_linear or an operand of a 2-D product
+ * (nb_mm, nb_matmul, nb_addmm), gets no gradient tensor at all: the product is accumulated into
+ * it (weight += -lr * g^T x, in one GEMM), which saves writing and reading the gradient.
+ * Consequences, as in PyTorch's recipe: gradients cannot be clipped or read after backward; a
+ * backward that fails part-way leaves the parameters it reached updated; a graph kept with
+ * NB_RETAIN_GRAPH whose saved tensors include an updated parameter refuses a second backward.
+ * A parameter can belong to one such optimizer at a time (an error names it otherwise).
+ * on = false restores the usual behaviour. */
+NB_API nb_status nb_optim_step_in_backward(nb_optim *opt, bool on);
 NB_API double nb_optim_get_lr(const nb_optim *opt);
 /* lr < 0 is an error. */
 NB_API nb_status nb_optim_set_lr(nb_optim *opt, double lr);

@@ -84,6 +84,23 @@ nb_tensor *nb__node_saved(nb_node *node, int i);
 void nb__set_grad_fn(nb_tensor *out, nb_node *node);
 void nb__node_release(nb_node *node);
 bool nb__edge_needs_grad(const nb_node *node, int i);
+/* For a rule (the optimizer step in backward): the leaf that input i is, when its gradient can
+ * go straight into it as leaf += *alpha * gradient. That is when the leaf's optimizer steps in
+ * backward with plain SGD (alpha = -lr), this edge is the last of the graph's edges into it still
+ * to run, and it has no grad yet: so this gradient is its whole gradient, and the update is all
+ * that would be done with it. `other` is the operand the gradient's product reads: NULL when the
+ * leaf shares its storage (the product must not write into its own operand). A rule that takes
+ * the leaf accumulates the product into it (nb__mm_accumulate) and gives no gradient for input i. */
+nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *other, double *alpha);
+/* out += alpha * a @ b for 2-D tensors of one dtype and device (a GEMM with beta 1), with no
+ * autograd, bumping out's version (src/ops/linalg.c). */
+nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha);
+
+/* The optimizer step in backward (src/optim/optim.c, nb_optim_step_in_backward). Runs parameter
+ * i's update from its grad (none when the grad is NULL) and sets the grad to NULL. */
+nb_status nb__optim_step_one(struct nb_optim *o, int i);
+/* Whether the optimizer's update is p += alpha * grad (plain SGD: alpha = -lr). */
+bool nb__optim_sgd_sink(const struct nb_optim *o, double *alpha);
 
 /* Convenience for the common case: if grad is needed for inputs, makes a node for op, saves the
  * `n_save` tensors `save`, and attaches it to out. Returns the node (owned by out; may be used

@@ -35,6 +35,8 @@ static nb_status collect(nb_node *root, node_list *all)
         nb_node *n = stack.items[--stack.n];
         st = list_push(all, n);
         for (int i = 0; i < n->n_inputs && st == NB_OK; i++) {
+            nb_tensor *leaf = n->next[i].leaf;
+            if (leaf && leaf->bw_optim) leaf->bw_pending++;
             nb_node *next = n->next[i].fn;
             if (!next) continue;
             if (!next->seen) {
@@ -137,12 +139,24 @@ static nb_status release_deps(nb_node *n, node_list *ready)
     return NB_OK;
 }
 
+/* One edge into a leaf whose optimizer steps in backward has run: after the last one, the leaf's
+ * gradient is whole, and the optimizer takes it. */
+static nb_status leaf_edge_done(nb_tensor *leaf)
+{
+    if (!leaf || !leaf->bw_optim || --leaf->bw_pending > 0) return NB_OK;
+    return nb__optim_step_one(leaf->bw_optim, leaf->bw_index);
+}
+
 /* Runs one node: its rule on its accumulated gradient, then passes the results on. A node that
  * received no gradient (all paths to it gave none) runs nothing. */
 static nb_status run_node(nb_node *n, node_list *ready)
 {
     nb_tensor *g = n->grad_buf;
-    if (!g) return release_deps(n, ready);
+    nb_status st = NB_OK;
+    if (!g) {
+        for (int i = 0; i < n->n_inputs && st == NB_OK; i++) st = leaf_edge_done(n->next[i].leaf);
+        return st == NB_OK ? release_deps(n, ready) : st;
+    }
     nb_backward_fn rule = nb__backward_rule(n->op);
     if (!rule)
         return nb__err(NB_ERR_AUTOGRAD, "backward: %s has no backward rule", nb__op_name(n->op));
@@ -152,14 +166,18 @@ static nb_status run_node(nb_node *n, node_list *ready)
     }
     nb_tensor **grad_in = calloc(n->n_inputs > 0 ? (size_t)n->n_inputs : 1, sizeof *grad_in);
     if (!grad_in) return nb__err(NB_ERR_OOM, "backward: out of memory");
-    nb_status st = rule(n, g, grad_in);
+    /* a leaf that took its gradient as a product (nb__edge_sink) gets none here, and has had its
+     * update: leaf_edge_done finds no grad to step with */
+    st = rule(n, g, grad_in);
     for (int i = 0; i < n->n_inputs && st == NB_OK; i++) {
         nb_edge *e = &n->next[i];
-        if (!grad_in[i] || (!e->fn && !e->leaf)) continue;
-        nb_tensor *gi = fit_grad(grad_in[i], e, n->op);
-        if (!gi) st = nb_last_status();
-        else if (e->leaf) st = accumulate_leaf(e->leaf, gi, true);
-        else st = add_to_buffer(e->fn, gi);
+        if (grad_in[i] && (e->fn || e->leaf)) {
+            nb_tensor *gi = fit_grad(grad_in[i], e, n->op);
+            if (!gi) st = nb_last_status();
+            else if (e->leaf) st = accumulate_leaf(e->leaf, gi, true);
+            else st = add_to_buffer(e->fn, gi);
+        }
+        if (st == NB_OK) st = leaf_edge_done(e->leaf);
     }
     free(grad_in);
     return st == NB_OK ? release_deps(n, ready) : st;
@@ -185,6 +203,8 @@ static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
         if (!(flags & NB_RETAIN_GRAPH)) release_saved(n);
     }
     for (size_t i = 0; i < all.n; i++) {
+        for (int k = 0; k < all.items[i]->n_inputs; k++)
+            if (all.items[i]->next[k].leaf) all.items[i]->next[k].leaf->bw_pending = 0;
         nb__release(all.items[i]->grad_buf);
         all.items[i]->grad_buf = NULL;
         all.items[i]->seen = false;
@@ -220,8 +240,12 @@ nb_status nb_backward(nb_tensor *t, const nb_tensor *grad, int flags)
         if (!g) st = nb_last_status();
     }
     nb_node *root = st == NB_OK ? nb__view_refresh(t) : NULL;
-    if (st == NB_OK && !root) st = accumulate_leaf(t, g, false);
-    else if (st == NB_OK) st = run_graph(root, g, flags);
+    if (st == NB_OK && root) {
+        st = run_graph(root, g, flags);
+    } else if (st == NB_OK) {
+        st = accumulate_leaf(t, g, false);
+        if (st == NB_OK && t->bw_optim) st = nb__optim_step_one(t->bw_optim, t->bw_index);
+    }
     nb_scope_end(s);
     nb_set_grad_enabled(prev);
     return st;

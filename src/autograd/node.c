@@ -77,6 +77,14 @@ bool nb__edge_needs_grad(const nb_node *node, int i)
     return i < node->n_inputs && (node->next[i].fn || node->next[i].leaf);
 }
 
+nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *other, double *alpha)
+{
+    nb_tensor *leaf = i < node->n_inputs ? node->next[i].leaf : NULL;
+    if (!leaf || !leaf->bw_optim || leaf->bw_pending != 1 || leaf->grad || leaf->storage == other->storage)
+        return NULL;
+    return nb__optim_sgd_sink(leaf->bw_optim, alpha) ? leaf : NULL;
+}
+
 nb_status nb__node_save(nb_node *node, int i, const nb_tensor *t)
 {
     NB_ASSERT(i < NB_NODE_MAX_SAVED);

@@ -15,16 +15,23 @@ static nb_tensor *mT(const nb_tensor *t)
     return nb_transpose(t, -1, -2);
 }
 
-/* out = a @ b (mm, bmm and matmul's product): grad_a = g @ b^T, grad_b = a^T @ g. */
+/* out = a @ b (mm, bmm and matmul's product): grad_a = g @ b^T, grad_b = a^T @ g. In a 2-D
+ * product, one input that can take its gradient straight (nb__edge_sink) gets it added into it,
+ * after the other input's gradient, which reads it. */
 nb_status nb__bw_BMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
-    if (nb__edge_needs_grad(node, 0)) {
-        nb_tensor *b = nb__node_saved(node, 1);
-        if (!b || !(grad_in[0] = mmb(g, mT(b)))) return nb_last_status();
-    }
-    if (nb__edge_needs_grad(node, 1)) {
-        nb_tensor *a = nb__node_saved(node, 0);
-        if (!a || !(grad_in[1] = mmb(mT(a), g))) return nb_last_status();
+    nb_tensor *a = nb__edge_needs_grad(node, 1) ? nb__node_saved(node, 0) : NULL;
+    nb_tensor *b = nb__edge_needs_grad(node, 0) ? nb__node_saved(node, 1) : NULL;
+    if ((nb__edge_needs_grad(node, 1) && !a) || (nb__edge_needs_grad(node, 0) && !b)) return nb_last_status();
+    double alpha = 0;
+    nb_tensor *sink_a = b && g->ndim == 2 ? nb__edge_sink(node, 0, b, &alpha) : NULL;
+    nb_tensor *sink_b = a && g->ndim == 2 && !sink_a ? nb__edge_sink(node, 1, a, &alpha) : NULL;
+    if (b && !sink_a && !(grad_in[0] = mmb(g, mT(b)))) return nb_last_status();
+    if (a && !sink_b && !(grad_in[1] = mmb(mT(a), g))) return nb_last_status();
+    if (sink_a || sink_b) {
+        nb_tensor *l = sink_a ? g : mT(a), *r = sink_a ? mT(b) : g;
+        if (!l || !r) return nb_last_status();
+        NB_TRY(nb__mm_accumulate(sink_a ? sink_a : sink_b, l, r, alpha));
     }
     return NB_OK;
 }
@@ -41,26 +48,35 @@ static nb_tensor *scaled_mm(const nb_tensor *x, const nb_tensor *y, double alpha
 }
 
 /* out = beta * input + alpha * a @ b (s0 = beta, s1 = alpha); input's gradient is returned in
- * the product's shape for the engine to reduce. */
+ * the product's shape for the engine to reduce. One matrix that can take its gradient straight
+ * (nb__edge_sink) gets it added into it (scaled by alpha as well), after the other matrix's
+ * gradient, which reads it. */
 nb_status nb__bw_ADDMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     if (nb__edge_needs_grad(node, 0)) {
         grad_in[0] = node->s0 == 1 ? g : nb_mul_scalar(g, node->s0);
         if (!grad_in[0]) return nb_last_status();
     }
-    if (nb__edge_needs_grad(node, 1)) {
-        nb_tensor *b = nb__node_saved(node, 1);
-        if (!b || !(grad_in[1] = scaled_mm(g, mT(b), node->s1))) return nb_last_status();
-    }
-    if (nb__edge_needs_grad(node, 2)) {
-        nb_tensor *a = nb__node_saved(node, 0);
-        if (!a || !(grad_in[2] = scaled_mm(mT(a), g, node->s1))) return nb_last_status();
+    nb_tensor *a = nb__edge_needs_grad(node, 2) ? nb__node_saved(node, 0) : NULL;
+    nb_tensor *b = nb__edge_needs_grad(node, 1) ? nb__node_saved(node, 1) : NULL;
+    if ((nb__edge_needs_grad(node, 2) && !a) || (nb__edge_needs_grad(node, 1) && !b)) return nb_last_status();
+    double alpha = 0;
+    nb_tensor *sink_a = b ? nb__edge_sink(node, 1, b, &alpha) : NULL;
+    nb_tensor *sink_b = a && !sink_a ? nb__edge_sink(node, 2, a, &alpha) : NULL;
+    if (b && !sink_a && !(grad_in[1] = scaled_mm(g, mT(b), node->s1))) return nb_last_status();
+    if (a && !sink_b && !(grad_in[2] = scaled_mm(mT(a), g, node->s1))) return nb_last_status();
+    if (sink_a || sink_b) {
+        nb_tensor *l = sink_a ? g : mT(a), *r = sink_a ? mT(b) : g;
+        if (!l || !r) return nb_last_status();
+        NB_TRY(nb__mm_accumulate(sink_a ? sink_a : sink_b, l, r, alpha * node->s1));
     }
     return NB_OK;
 }
 
 /* out [..., out] = x [..., in] @ weight^T + bias. With g2 = g as [rows, out] and x2 (saved) = x
- * as [rows, in]: dx = g2 @ weight, dweight = g2^T @ x2, dbias = g summed by the engine. */
+ * as [rows, in]: dx = g2 @ weight, dweight = g2^T @ x2, dbias = g summed by the engine. A weight
+ * that can take its gradient straight (nb__edge_sink) gets g2^T @ x2 added into it, after dx,
+ * which reads it. */
 nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     int64_t flat[2] = {nb__numel(g->shape, g->ndim - 1), g->shape[g->ndim - 1]};
@@ -74,7 +90,16 @@ nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     }
     if (nb__edge_needs_grad(node, 1)) {
         nb_tensor *x2 = nb__node_saved(node, 0);
-        if (!x2 || !(grad_in[1] = nb_mm(mT(g2), x2))) return nb_last_status();
+        if (!x2) return nb_last_status();
+        double alpha = 0;
+        nb_tensor *sink = nb__edge_sink(node, 1, x2, &alpha);
+        if (sink) {
+            nb_tensor *g2t = mT(g2);
+            if (!g2t) return nb_last_status();
+            NB_TRY(nb__mm_accumulate(sink, g2t, x2, alpha));
+            } else if (!(grad_in[1] = nb_mm(mT(g2), x2))) {
+            return nb_last_status();
+        }
     }
     if (nb__edge_needs_grad(node, 2)) grad_in[2] = g;
     return NB_OK;

@@ -59,6 +59,11 @@ struct nb_tensor {
      * view makes the view's history be rebuilt from the base's. */
     nb_tensor *base;
     uint64_t view_version;
+    /* A leaf whose optimizer steps in backward (nb_optim_step_in_backward): the optimizer (weak:
+     * it clears this before it is freed) and this tensor's index among its parameters; and the
+     * engine's count, during one backward, of the graph's edges into it still to run (0 outside). */
+    struct nb_optim *bw_optim;
+    int bw_index, bw_pending;
 };
 
 /* ---- construction (internal: these return caller-owned references, never scope-tracked) --- */

@@ -51,6 +51,13 @@ static nb_status gemm_into(nb_tensor *out, const nb_tensor *a, const nb_tensor *
     return st;
 }
 
+nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha)
+{
+    NB_TRY(gemm_into(out, a, b, 1, alpha));
+    nb__bump_version(out);
+    return NB_OK;
+}
+
 /* A new [.., M, N] tensor: beta * init (broadcast; NULL or beta 0: none) + alpha * a @ b, for a
  * [.., M, K] and b [.., K, N] both 2-D or both 3-D with one batch size. Caller-owned. */
 static nb_tensor *gemm_new(const nb_tensor *a, const nb_tensor *b, const nb_tensor *init, double beta, double alpha)

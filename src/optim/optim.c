@@ -79,6 +79,7 @@ void nb_optim_free(nb_optim *o)
 {
     if (!o) return;
     for (int i = 0; i < o->n; i++) {
+        if (o->params && o->params[i] && o->params[i]->bw_optim == o) o->params[i]->bw_optim = NULL;
         if (o->params) nb_tensor_free(o->params[i]);
         if (o->st)
             for (int b = 0; b < NB_OPTIM_MAX_BUFS; b++) nb_tensor_free(o->st[i].buf[b]);
@@ -145,6 +146,23 @@ static nb_status add_to_group(nb_optim *o, int i, nb_tensor *p, nb_tensor *g, de
     return NB_OK;
 }
 
+/* Parameter i's update from its grad: at once on the CPU, else added to its device group. */
+static nb_status step_param(nb_optim *o, int i, dev_group *gr, int *ng, int max_groups)
+{
+    nb_tensor *p = o->params[i];
+    nb_tensor *g = grad_for_update(p);
+    if (!g) return nb_last_status();
+    nb_status st;
+    if (p->storage->device.type == NB_DEVICE_CPU)
+        st = o->update(o, i, p, g);
+    else if (*ng == max_groups)
+        st = nb__err(NB_ERR_UNSUPPORTED, "optim step: parameters on more than %d (device, dtype) groups", *ng);
+    else
+        st = add_to_group(o, i, p, g, gr, ng);
+    if (st == NB_OK) nb__bump_version(p);
+    return st;
+}
+
 static nb_status step(nb_optim *o)
 {
     bool prev = nb_set_grad_enabled(false);
@@ -152,23 +170,8 @@ static nb_status step(nb_optim *o)
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "optim step: out of memory");
     dev_group gr[2 * NB_DEVICE_TYPE_COUNT * 8];
     int ng = 0;
-    for (int i = 0; i < o->n && st == NB_OK; i++) {
-        nb_tensor *p = o->params[i];
-        if (!p->grad) continue;
-        nb_tensor *g = grad_for_update(p);
-        if (!g) {
-            st = nb_last_status();
-            break;
-        }
-        if (p->storage->device.type == NB_DEVICE_CPU) {
-            st = o->update(o, i, p, g);
-        } else if (ng == (int)(sizeof gr / sizeof *gr)) {
-            st = nb__err(NB_ERR_UNSUPPORTED, "optim step: parameters on more than %d (device, dtype) groups", ng);
-        } else {
-            st = add_to_group(o, i, p, g, gr, &ng);
-        }
-        if (st == NB_OK) nb__bump_version(p);
-    }
+    for (int i = 0; i < o->n && st == NB_OK; i++)
+        if (o->params[i]->grad) st = step_param(o, i, gr, &ng, (int)(sizeof gr / sizeof *gr));
     /* the grads stay alive until the launches are queued; a device reuses their memory only
      * for work queued after them */
     if (st == NB_OK) st = run_groups(o, gr, ng);
@@ -185,6 +188,58 @@ nb_status nb_optim_step(nb_optim *o)
     nb_status st = step(o);
     nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, o->params[0]->storage->device);
     return st;
+}
+
+/* ---- the step in backward ---------------------------------------------------------------- */
+
+nb_status nb__optim_step_one(nb_optim *o, int i)
+{
+    nb_tensor *p = o->params[i];
+    nb_status st = NB_OK;
+    if (p->grad) {
+        int64_t t0 = nb__prof_begin();
+        nb_scope *sc = nb_scope_begin();
+        dev_group gr[1];
+        int ng = 0;
+        st = sc ? step_param(o, i, gr, &ng, 1) : nb__err(NB_ERR_OOM, "optim step: out of memory");
+        if (st == NB_OK) st = run_groups(o, gr, ng);
+        if (ng) free(gr[0].e);
+        nb_scope_end(sc);
+        nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, p->storage->device);
+    }
+    nb__release(p->grad);
+    p->grad = NULL;
+    return st;
+}
+
+bool nb__optim_sgd_sink(const nb_optim *o, double *alpha)
+{
+    if (o->kind != NB__SGD || o->momentum != 0 || o->weight_decay != 0) return false;
+    *alpha = -o->lr;
+    return true;
+}
+
+nb_status nb_optim_step_in_backward(nb_optim *o, bool on)
+{
+    if (!o) return nb__err(NB_ERR_INVALID_ARG, "optim step_in_backward: optimizer is NULL");
+    for (int i = 0; i < o->n && on; i++) {
+        const nb_optim *other = o->params[i]->bw_optim;
+        if (other && other != o)
+            return nb__err(NB_ERR_INVALID_ARG,
+                           "optim step_in_backward: params[%d] already steps in backward with another optimizer", i);
+        for (int j = 0; j < i; j++)
+            if (o->params[j] == o->params[i])
+                return nb__err(NB_ERR_INVALID_ARG, "optim step_in_backward: params[%d] is params[%d] again", i, j);
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (on) {
+            o->params[i]->bw_optim = o;
+            o->params[i]->bw_index = i;
+        } else if (o->params[i]->bw_optim == o) {
+            o->params[i]->bw_optim = NULL;
+        }
+    }
+    return NB_OK;
 }
 
 nb_status nb_optim_zero_grad(nb_optim *o)
