@@ -2,8 +2,9 @@
  *
  * Between nb_profiler_start and nb_profiler_stop, every kernel call is timed on the host's
  * monotonic clock and counted under its op's PyTorch name ("conv2d_backward_weight", "bmm",
- * "add"...), and every nb_optim_step under "optimizer_step". Only the outermost timed region of a
- * thread counts (an op called inside an optimizer step is part of the step), so the rows add up to
+ * "add"...), and every nb_optim_step (and each parameter's update in backward, with
+ * nb_optim_step_in_backward) under "optimizer_step". Only the outermost timed region of a thread
+ * counts (an op called inside an optimizer step is part of the step), so the rows add up to
  * at most the wall time between start and stop; the rest is the framework's own work (autograd
  * bookkeeping, allocation, views) and the caller's.
  *
