@@ -653,6 +653,20 @@ static void test_step_in_backward_rules(void **state)
     NBT_OK(nb_backward(loss, NULL, NB_RETAIN_GRAPH));
     NBT_FAILS(nb_backward(loss, NULL, 0) != NB_OK, NB_ERR_AUTOGRAD, NULL);
 
+    /* backward's own gradient is a weight's storage (detached): the product reads it, so it cannot
+     * be written into the weight (large enough that the GEMM reads its operands block by block,
+     * after writing some of the result); the update is still u - lr g^T x with the old u as g */
+    nb_manual_seed(3);
+    nb_tensor *u6 = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){600, 600}, 2, NULL)));
+    nb_tensor *x6 = NBT_CHECK(nb_randn((int64_t[]){600, 600}, 2, NULL));
+    nb_optim *ov = NBT_CHECK(nb_optim_sgd(&u6, 1, &sp));
+    NBT_OK(nb_optim_step_in_backward(ov, true));
+    nb_tensor *u0 = NBT_CHECK(nb_clone(nb_detach(u6)));
+    nb_tensor *want = NBT_CHECK(nb_sub(u0, nb_mul_scalar(nb_mm(nb_transpose(u0, 0, 1), x6), 0.5)));
+    NBT_OK(nb_backward(NBT_CHECK(nb_linear(x6, u6, NULL)), nb_detach(u6), 0));
+    nbt_assert_close(u6, want, 1e-4, 1e-3, "step in backward with the gradient in the weight's storage");
+    nb_optim_free(ov);
+
     /* off: backward leaves the grad, and the step is nb_optim_step's again */
     NBT_OK(nb_optim_step_in_backward(o, false));
     NBT_OK(nb_tensor_read(w, v, sizeof v));

@@ -88,10 +88,11 @@ bool nb__edge_needs_grad(const nb_node *node, int i);
  * go straight into it as leaf += *alpha * gradient. That is when the leaf's optimizer steps in
  * backward with plain SGD (alpha = -lr), this edge is the last of the graph's edges into it still
  * to run, and it has no grad yet: so this gradient is its whole gradient, and the update is all
- * that would be done with it. `other` is the operand the gradient's product reads: NULL when the
- * leaf shares its storage (the product must not write into its own operand). A rule that takes
- * the leaf accumulates the product into it (nb__mm_accumulate) and gives no gradient for input i. */
-nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *other, double *alpha);
+ * that would be done with it. x and y are the operands of the gradient's product: NULL when the
+ * leaf shares storage with either (the product must not write into its own operand). A rule that
+ * takes the leaf accumulates the product into it (nb__mm_accumulate) and gives no gradient for
+ * input i. */
+nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const nb_tensor *y, double *alpha);
 /* out += alpha * a @ b for 2-D tensors of one dtype and device (a GEMM with beta 1), with no
  * autograd, bumping out's version (src/ops/linalg.c). */
 nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha);

@@ -24,8 +24,8 @@ nb_status nb__bw_BMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *b = nb__edge_needs_grad(node, 0) ? nb__node_saved(node, 1) : NULL;
     if ((nb__edge_needs_grad(node, 1) && !a) || (nb__edge_needs_grad(node, 0) && !b)) return nb_last_status();
     double alpha = 0;
-    nb_tensor *sink_a = b && g->ndim == 2 ? nb__edge_sink(node, 0, b, &alpha) : NULL;
-    nb_tensor *sink_b = a && g->ndim == 2 && !sink_a ? nb__edge_sink(node, 1, a, &alpha) : NULL;
+    nb_tensor *sink_a = b && g->ndim == 2 ? nb__edge_sink(node, 0, b, g, &alpha) : NULL;
+    nb_tensor *sink_b = a && g->ndim == 2 && !sink_a ? nb__edge_sink(node, 1, a, g, &alpha) : NULL;
     if (b && !sink_a && !(grad_in[0] = mmb(g, mT(b)))) return nb_last_status();
     if (a && !sink_b && !(grad_in[1] = mmb(mT(a), g))) return nb_last_status();
     if (sink_a || sink_b) {
@@ -61,8 +61,8 @@ nb_status nb__bw_ADDMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *b = nb__edge_needs_grad(node, 1) ? nb__node_saved(node, 1) : NULL;
     if ((nb__edge_needs_grad(node, 2) && !a) || (nb__edge_needs_grad(node, 1) && !b)) return nb_last_status();
     double alpha = 0;
-    nb_tensor *sink_a = b ? nb__edge_sink(node, 1, b, &alpha) : NULL;
-    nb_tensor *sink_b = a && !sink_a ? nb__edge_sink(node, 2, a, &alpha) : NULL;
+    nb_tensor *sink_a = b ? nb__edge_sink(node, 1, b, g, &alpha) : NULL;
+    nb_tensor *sink_b = a && !sink_a ? nb__edge_sink(node, 2, a, g, &alpha) : NULL;
     if (b && !sink_a && !(grad_in[1] = scaled_mm(g, mT(b), node->s1))) return nb_last_status();
     if (a && !sink_b && !(grad_in[2] = scaled_mm(mT(a), g, node->s1))) return nb_last_status();
     if (sink_a || sink_b) {
@@ -92,12 +92,12 @@ nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
         nb_tensor *x2 = nb__node_saved(node, 0);
         if (!x2) return nb_last_status();
         double alpha = 0;
-        nb_tensor *sink = nb__edge_sink(node, 1, x2, &alpha);
+        nb_tensor *sink = nb__edge_sink(node, 1, x2, g2, &alpha);
         if (sink) {
             nb_tensor *g2t = mT(g2);
             if (!g2t) return nb_last_status();
             NB_TRY(nb__mm_accumulate(sink, g2t, x2, alpha));
-            } else if (!(grad_in[1] = nb_mm(mT(g2), x2))) {
+        } else if (!(grad_in[1] = nb_mm(mT(g2), x2))) {
             return nb_last_status();
         }
     }
