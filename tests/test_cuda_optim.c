@@ -149,7 +149,8 @@ static void test_step_in_backward(void **state)
             for (int i = 0; i < 3; i++) assert_null(nb_tensor_grad(dp[i]));
         }
         for (int i = 0; i < 3; i++)
-            nbt_assert_close(NBT_CHECK(nb_to(dp[i], nb_cpu())), hp[i], 2e-5, 2e-6, "parameter after 3 steps in backward");
+            nbt_assert_close(NBT_CHECK(nb_to(dp[i], nb_cpu())), hp[i], 2e-5, 2e-6,
+                             "parameter after 3 steps in backward");
         nb_optim_free(oh);
         nb_optim_free(od);
         for (int i = 0; i < 3; i++) nb_tensor_free(dp[i]);

@@ -572,7 +572,8 @@ static int64_t optim_step_calls(void)
 static void bw_case(int kind, nb_dtype dt, bool alias)
 {
     nb_scope *sc = nb_scope_begin();
-    static const int64_t shapes[BW_NP][2] = {{4, 5}, {4, 0}, {4, 3}, {2, 4}, {3, 0}, {3, 3}, {3, 2}, {2, 3}, {2, 3}, {3, 2}};
+    static const int64_t shapes[BW_NP][2] = {{4, 5}, {4, 0}, {4, 3}, {2, 4}, {3, 0},
+                                             {3, 3}, {3, 2}, {2, 3}, {2, 3}, {3, 2}};
     nb_tensor_params tp = nb_tensor_params_default();
     tp.dtype = dt;
     nb_manual_seed(7);

@@ -486,8 +486,9 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
         qsort(t, (size_t)iters, sizeof *t, cmp_double);
         int k = (int)iters;
         *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .params = r->params,
-                            .loss = r->loss, .ok = true, .warmup_added = extra, .lo = t[0], .hi = t[k - 1], .med = quantile(t, k, 0.5),
-                            .q1 = quantile(t, k, 0.25), .q3 = quantile(t, k, 0.75), .rss_mb = peak_rss_mb()};
+                            .loss = r->loss, .ok = true, .warmup_added = extra, .lo = t[0], .hi = t[k - 1],
+                            .med = quantile(t, k, 0.5), .q1 = quantile(t, k, 0.25), .q3 = quantile(t, k, 0.75),
+                            .rss_mb = peak_rss_mb()};
         nb_memory_stats ms;
         r->alloc_mb = nb_memory_stats_get(b->dev, &ms) == NB_OK ? (double)ms.peak_allocated / 1048576.0 : NAN;
     }
@@ -533,8 +534,9 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
     json_str("conv_algo", nb_conv_algo_name(nb_get_conv_algo()));
     printf("\"step_in_backward\": %s, ", b->step_in_backward ? "true" : "false");
-    printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, \"warmup_added\": %lld, ",
-           r->threads, (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup, (long long)r->warmup_added);
+    printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
+           (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
+    printf("\"warmup_added\": %lld, ", (long long)r->warmup_added);
     if (!r->ok) {
         json_str("error", r->err);
         json_num("fwd_flops_per_sample", r->s->fwd_flops, true);

@@ -92,7 +92,8 @@ bool nb__edge_needs_grad(const nb_node *node, int i);
  * leaf shares storage with either (the product must not write into its own operand). A rule that
  * takes the leaf accumulates the product into it (nb__mm_accumulate) and gives no gradient for
  * input i. */
-nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const nb_tensor *y, double *alpha);
+nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const nb_tensor *y,
+                         double *alpha);
 /* out += alpha * a @ b for 2-D tensors of one dtype and device (a GEMM with beta 1), with no
  * autograd, bumping out's version (src/ops/linalg.c). */
 nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha);
