@@ -15,6 +15,17 @@ static nb_tensor *mT(const nb_tensor *t)
     return nb_transpose(t, -1, -2);
 }
 
+/* The gradient product of the one operand that takes it straight (nb__edge_sink), added into it
+ * times alpha: g @ b^T into a (sink_a), or a^T @ g into b (sink_b); nothing when neither. */
+static nb_status sink_product(nb_tensor *sink_a, nb_tensor *sink_b, const nb_tensor *a, const nb_tensor *b,
+                              nb_tensor *g, double alpha)
+{
+    if (!sink_a && !sink_b) return NB_OK;
+    nb_tensor *l = sink_a ? g : mT(a), *r = sink_a ? mT(b) : g;
+    if (!l || !r) return nb_last_status();
+    return nb__mm_accumulate(sink_a ? sink_a : sink_b, l, r, alpha);
+}
+
 /* out = a @ b (mm, bmm and matmul's product): grad_a = g @ b^T, grad_b = a^T @ g. In a 2-D
  * product, one input that can take its gradient straight (nb__edge_sink) gets it added into it,
  * after the other input's gradient, which reads it. */
@@ -28,12 +39,7 @@ nb_status nb__bw_BMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *sink_b = a && g->ndim == 2 && !sink_a ? nb__edge_sink(node, 1, a, g, &alpha) : NULL;
     if (b && !sink_a && !(grad_in[0] = mmb(g, mT(b)))) return nb_last_status();
     if (a && !sink_b && !(grad_in[1] = mmb(mT(a), g))) return nb_last_status();
-    if (sink_a || sink_b) {
-        nb_tensor *l = sink_a ? g : mT(a), *r = sink_a ? mT(b) : g;
-        if (!l || !r) return nb_last_status();
-        NB_TRY(nb__mm_accumulate(sink_a ? sink_a : sink_b, l, r, alpha));
-    }
-    return NB_OK;
+    return sink_product(sink_a, sink_b, a, b, g, alpha);
 }
 
 /* alpha * x @ y in one GEMM (addmm ignores its input when beta is 0). */
@@ -65,12 +71,7 @@ nb_status nb__bw_ADDMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     nb_tensor *sink_b = a && !sink_a ? nb__edge_sink(node, 2, a, g, &alpha) : NULL;
     if (b && !sink_a && !(grad_in[1] = scaled_mm(g, mT(b), node->s1))) return nb_last_status();
     if (a && !sink_b && !(grad_in[2] = scaled_mm(mT(a), g, node->s1))) return nb_last_status();
-    if (sink_a || sink_b) {
-        nb_tensor *l = sink_a ? g : mT(a), *r = sink_a ? mT(b) : g;
-        if (!l || !r) return nb_last_status();
-        NB_TRY(nb__mm_accumulate(sink_a ? sink_a : sink_b, l, r, alpha * node->s1));
-    }
-    return NB_OK;
+    return sink_product(sink_a, sink_b, a, b, g, alpha * node->s1);
 }
 
 /* out [..., out] = x [..., in] @ weight^T + bias. With g2 = g as [rows, out] and x2 (saved) = x
