@@ -328,11 +328,13 @@ static nb_status next_batch(bench_net *n)
     return NB_OK;
 }
 
-/* Builds the model (on the CPU, from seed; then moved to dev), its optimizer and the batch. On
- * failure writes the reason to err and returns false. */
-static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t seed, nb_device dev, const cli_opts *o,
-                     char *err, size_t cap)
+/* Builds the model (on the CPU, from --seed; then moved to bench's device), its optimizer and the
+ * batch. On failure writes the reason to err and returns false. */
+static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, const bench *b, char *err, size_t cap)
 {
+    const cli_opts *o = &b->o;
+    uint64_t seed = o->seed;
+    nb_device dev = b->dev;
     *n = (bench_net){.s = s, .batch = batch};
     nb_manual_seed(seed); /* dropout (cnn) draws from the default generator */
     nb_generator *g = nb_generator_create(seed);
@@ -349,7 +351,7 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, uint64_t 
         }
         if (ok) nb_module_parameters(n->m, n->params, n->n_params);
         ok = ok && (n->opt = make_optim(s, n->params, n->n_params));
-        if (ok && o->step_in_backward && !strcmp(o->step_in_backward, "on")) {
+        if (ok && b->step_in_backward) {
             if (s->clip > 0) {
                 nb_generator_free(g);
                 snprintf(err, cap, "%s clips its gradients' norm to %g after backward, which --step-in-backward on "
@@ -622,7 +624,7 @@ static bool run_model(bench *b, const bench_spec *s)
     bench_net n;
     char err[256] = "";
     int64_t batch = b->o.batch_size_given && !is_gemm(s) ? b->o.batch_size : s->batch;
-    bool built = net_init(&n, s, batch, b->o.seed, b->dev, &b->o, err, sizeof err), all = built;
+    bool built = net_init(&n, s, batch, b, err, sizeof err), all = built;
     for (int j = 0; j < b->n_threads; j++) {
         bench_result *r = &b->res[b->n_res++];
         if (built) time_net(b, &n, b->threads[j], r);

@@ -94,13 +94,8 @@ nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
         if (!x2) return nb_last_status();
         double alpha = 0;
         nb_tensor *sink = nb__edge_sink(node, 1, x2, g2, &alpha);
-        if (sink) {
-            nb_tensor *g2t = mT(g2);
-            if (!g2t) return nb_last_status();
-            NB_TRY(nb__mm_accumulate(sink, g2t, x2, alpha));
-        } else if (!(grad_in[1] = nb_mm(mT(g2), x2))) {
-            return nb_last_status();
-        }
+        if (sink) NB_TRY(sink_product(NULL, sink, g2, NULL, x2, alpha)); /* g2^T @ x2, as a^T @ g */
+        else if (!(grad_in[1] = nb_mm(mT(g2), x2))) return nb_last_status();
     }
     if (nb__edge_needs_grad(node, 2)) grad_in[2] = g;
     return NB_OK;

@@ -146,48 +146,47 @@ static nb_status add_to_group(nb_optim *o, int i, nb_tensor *p, nb_tensor *g, de
     return NB_OK;
 }
 
-/* Parameter i's update from its grad: at once on the CPU, else added to its device group. */
-static nb_status step_param(nb_optim *o, int i, dev_group *gr, int *ng, int max_groups)
+/* The updates of parameters [lo, hi) that have a grad, timed as one "optimizer_step": the CPU's
+ * at once, a device's in one fused launch per (device, dtype). */
+static nb_status step_range(nb_optim *o, int lo, int hi)
 {
-    nb_tensor *p = o->params[i];
-    nb_tensor *g = grad_for_update(p);
-    if (!g) return nb_last_status();
-    nb_status st;
-    if (p->storage->device.type == NB_DEVICE_CPU)
-        st = o->update(o, i, p, g);
-    else if (*ng == max_groups)
-        st = nb__err(NB_ERR_UNSUPPORTED, "optim step: parameters on more than %d (device, dtype) groups", *ng);
-    else
-        st = add_to_group(o, i, p, g, gr, ng);
-    if (st == NB_OK) nb__bump_version(p);
-    return st;
-}
-
-static nb_status step(nb_optim *o)
-{
+    int64_t t0 = nb__prof_begin();
     bool prev = nb_set_grad_enabled(false);
     nb_scope *sc = nb_scope_begin();
     nb_status st = sc ? NB_OK : nb__err(NB_ERR_OOM, "optim step: out of memory");
     dev_group gr[2 * NB_DEVICE_TYPE_COUNT * 8];
     int ng = 0;
-    for (int i = 0; i < o->n && st == NB_OK; i++)
-        if (o->params[i]->grad) st = step_param(o, i, gr, &ng, (int)(sizeof gr / sizeof *gr));
+    for (int i = lo; i < hi && st == NB_OK; i++) {
+        nb_tensor *p = o->params[i];
+        if (!p->grad) continue;
+        nb_tensor *g = grad_for_update(p);
+        if (!g) {
+            st = nb_last_status();
+            break;
+        }
+        if (p->storage->device.type == NB_DEVICE_CPU) {
+            st = o->update(o, i, p, g);
+        } else if (ng == (int)(sizeof gr / sizeof *gr)) {
+            st = nb__err(NB_ERR_UNSUPPORTED, "optim step: parameters on more than %d (device, dtype) groups", ng);
+        } else {
+            st = add_to_group(o, i, p, g, gr, &ng);
+        }
+        if (st == NB_OK) nb__bump_version(p);
+    }
     /* the grads stay alive until the launches are queued; a device reuses their memory only
      * for work queued after them */
     if (st == NB_OK) st = run_groups(o, gr, ng);
     for (int k = 0; k < ng; k++) free(gr[k].e);
     nb_scope_end(sc);
     nb_set_grad_enabled(prev);
+    nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, o->params[lo]->storage->device);
     return st;
 }
 
 nb_status nb_optim_step(nb_optim *o)
 {
     if (!o) return nb__err(NB_ERR_INVALID_ARG, "optim step: optimizer is NULL");
-    int64_t t0 = nb__prof_begin();
-    nb_status st = step(o);
-    nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, o->params[0]->storage->device);
-    return st;
+    return step_range(o, 0, o->n);
 }
 
 /* ---- the step in backward ---------------------------------------------------------------- */
@@ -195,18 +194,7 @@ nb_status nb_optim_step(nb_optim *o)
 nb_status nb__optim_step_one(nb_optim *o, int i)
 {
     nb_tensor *p = o->params[i];
-    nb_status st = NB_OK;
-    if (p->grad) {
-        int64_t t0 = nb__prof_begin();
-        nb_scope *sc = nb_scope_begin();
-        dev_group gr[1];
-        int ng = 0;
-        st = sc ? step_param(o, i, gr, &ng, 1) : nb__err(NB_ERR_OOM, "optim step: out of memory");
-        if (st == NB_OK) st = run_groups(o, gr, ng);
-        if (ng) free(gr[0].e);
-        nb_scope_end(sc);
-        nb__prof_end(NB_OP_COUNT + NB_PROF_OPTIM_STEP, t0, p->storage->device);
-    }
+    nb_status st = p->grad ? step_range(o, i, i + 1) : NB_OK;
     nb__release(p->grad);
     p->grad = NULL;
     return st;
