@@ -171,6 +171,9 @@ static void test_allocator(void **state)
     NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s2));
     assert_int_equal(s2.allocated, s0.allocated);
     assert_true(s2.peak_allocated >= s1.allocated);
+    NBT_OK(nb_memory_reset_peak_stats(NBT_CUDA0));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s2));
+    assert_int_equal(s2.peak_allocated, s2.allocated);
     /* out of memory: an error naming the size; the device and the pool go on */
     nb_cuda_device_props p;
     NBT_OK(nb_cuda_get_device_properties(0, &p));

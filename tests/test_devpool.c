@@ -125,6 +125,13 @@ static void test_rounding_and_segments(void **state)
     assert_int_equal(s.allocated, 0);
     assert_int_equal(s.reserved, 34 * MIB); /* cached, not returned */
     assert_int_equal(s.peak_allocated, 512 + 1024 + 22 * MIB);
+    assert_int_equal(s.peak_reserved, 34 * MIB);
+    nb__devpool_reset_peak(p); /* the peaks start again from now: 0 allocated, 34 MiB reserved */
+    a = NBT_CHECK(nb__devpool_alloc(p, 1, NULL));
+    s = stats(p);
+    assert_int_equal(s.peak_allocated, 512);
+    assert_int_equal(s.peak_reserved, 34 * MIB);
+    NBT_OK(nb__devpool_free(p, a));
     nb__devpool_empty_cache(p);
     assert_int_equal(stats(p).reserved, 0);
     assert_int_equal(d.live_segments, 0);

@@ -302,6 +302,19 @@ static void test_scopes_and_refcounts(void **state)
     nb_scope_end(o);
     NBT_OK(nb_memory_stats_get(nb_cpu(), &after));
     assert_true(after.allocated == before.allocated);
+    /* reset_peak_stats: the peak starts again from what is allocated now */
+    nb_tensor *big = NBT_CHECK(nb_zeros((int64_t[]){1 << 20}, 1, NULL)); /* 4 MiB */
+    nb_tensor_free(big);
+    NBT_OK(nb_memory_stats_get(nb_cpu(), &after));
+    assert_true(after.peak_allocated >= before.allocated + ((size_t)4 << 20));
+    NBT_OK(nb_memory_reset_peak_stats(nb_cpu()));
+    NBT_OK(nb_memory_stats_get(nb_cpu(), &after));
+    assert_true(after.peak_allocated == after.allocated);
+    nb_tensor *small = NBT_CHECK(nb_zeros((int64_t[]){1 << 18}, 1, NULL)); /* 1 MiB */
+    NBT_OK(nb_memory_stats_get(nb_cpu(), &after));
+    assert_true(after.peak_allocated >= after.allocated && after.peak_allocated < before.allocated + ((size_t)4 << 20));
+    nb_tensor_free(small);
+    NBT_FAILS(nb_memory_reset_peak_stats((nb_device){NB_DEVICE_CPU, 3}) != NB_OK, NB_ERR_DEVICE, "cpu", NULL);
 }
 
 static void test_threads(void **state)

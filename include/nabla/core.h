@@ -181,6 +181,9 @@ typedef struct nb_memory_stats {
 } nb_memory_stats;
 
 NB_API nb_status nb_memory_stats_get(nb_device d, nb_memory_stats *out);
+/* torch.cuda.reset_peak_memory_stats: peak_allocated of device d starts again from what is
+ * allocated now, so that a later nb_memory_stats_get gives the peak of the work in between. */
+NB_API nb_status nb_memory_reset_peak_stats(nb_device d);
 
 #ifdef __cplusplus
 }

@@ -97,3 +97,22 @@ nb_status nb_memory_stats_get(nb_device d, nb_memory_stats *out)
     if (!be) return nb_last_status();
     return be->memory_stats(d.index, out);
 }
+
+nb_status nb_memory_reset_peak_stats(nb_device d)
+{
+    const nb_backend *be = nb__backend(d);
+    if (!be) return nb_last_status();
+    be->reset_peak_stats(d.index);
+    return NB_OK;
+}
+
+bool nb__device_capturing(nb_device d)
+{
+    if (d.type == NB_DEVICE_CPU) return false;
+    const nb_backend *be = nb__backend(d);
+    if (!be) {
+        nb_clear_error();
+        return false;
+    }
+    return be->is_capturing && be->is_capturing(d.index);
+}

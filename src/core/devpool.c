@@ -471,3 +471,11 @@ void nb__devpool_stats(nb_devpool *pool, nb_devpool_stats *out)
     *out = pool->stats;
     pthread_mutex_unlock(&pool->lock);
 }
+
+void nb__devpool_reset_peak(nb_devpool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    pool->stats.peak_allocated = pool->stats.allocated;
+    pool->stats.peak_reserved = pool->stats.reserved;
+    pthread_mutex_unlock(&pool->lock);
+}

@@ -70,6 +70,8 @@ nb_status nb__devpool_record_stream(nb_devpool *pool, void *p, void *stream);
 /* Returns every cached whole segment to the device. */
 void nb__devpool_empty_cache(nb_devpool *pool);
 void nb__devpool_stats(nb_devpool *pool, nb_devpool_stats *out);
+/* The peaks start again from what is allocated and reserved now. */
+void nb__devpool_reset_peak(nb_devpool *pool);
 /* The rounded size a request of nbytes occupies. */
 size_t nb__devpool_round(size_t nbytes);
 

@@ -45,6 +45,10 @@ typedef struct nb_backend {
     nb_status (*copy_from_host)(int index, void *dst, const void *src, size_t nbytes);
     nb_status (*synchronize)(int index);
     nb_status (*memory_stats)(int index, nb_memory_stats *out);
+    void (*reset_peak_stats)(int index);
+    /* Whether the calling thread is capturing this device's work into a graph (NULL: never):
+     * ops that would read device values back to the host must then take a device-side path. */
+    bool (*is_capturing)(int index);
     /* One fused optimizer step over a batch of parameters (NULL: the CPU, whose optimizers run
      * their own loops in src/optim/). */
     nb_status (*fused_optim)(int index, const nb_optim_batch *b);
@@ -60,6 +64,8 @@ nb_status nb__value_bits(nb_op op, nb_dtype dt, double value, uint64_t *bits);
 
 /* The table of d's type, or NULL with an NB_ERR_DEVICE error when not built in or not present. */
 const nb_backend *nb__backend(nb_device d);
+/* The backend's is_capturing for d (false for a device that cannot capture, or is absent). */
+bool nb__device_capturing(nb_device d);
 /* Runs op's kernel on the device of a->out (or a->in[0] when there is no out). */
 nb_status nb__dispatch(nb_op op, const nb_kargs *a);
 

@@ -141,5 +141,13 @@ nb_status nb_cpu_memory_stats(int index, nb_memory_stats *out)
     return NB_OK;
 }
 
+void nb_cpu_reset_peak_stats(int index)
+{
+    (void)index;
+    pthread_mutex_lock(&g_lock);
+    g_stats.peak_allocated = g_stats.allocated;
+    pthread_mutex_unlock(&g_lock);
+}
+
 /* Hands cached buffers back at exit so leak checkers see a clean process. */
 __attribute__((destructor)) static void cpu_alloc_fini(void) { nb_cpu_empty_cache(); }

@@ -37,6 +37,7 @@ static nb_status cpu_copy(int index, void *dst, const void *src, size_t nbytes)
 static nb_status cpu_sync(int index) { return NB_OK; }
 
 nb_status nb_cpu_memory_stats(int index, nb_memory_stats *out);
+void nb_cpu_reset_peak_stats(int index);
 
 #define none NULL
 #define copy nb_cpu_k_copy
@@ -65,6 +66,7 @@ const nb_backend nb__cpu_backend = {
     .copy_from_host = cpu_copy,
     .synchronize = cpu_sync,
     .memory_stats = nb_cpu_memory_stats,
+    .reset_peak_stats = nb_cpu_reset_peak_stats,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,
 #include "core/ops.def"

@@ -115,6 +115,12 @@ nb_status nb__cuda_memory_stats(int index, nb_memory_stats *out)
     return NB_OK;
 }
 
+void nb__cuda_reset_peak_stats(int index)
+{
+    nb_devpool *p = pool_of(index);
+    if (p) nb__devpool_reset_peak(p);
+}
+
 nb_status nb_cuda_empty_cache(void)
 {
     for (int i = 0; i < nb__cuda_count(); i++) {

@@ -85,6 +85,7 @@ const nb_backend nb__cuda_backend = {
     .copy_from_host = cuda_from_host,
     .synchronize = cuda_sync,
     .memory_stats = nb__cuda_memory_stats,
+    .reset_peak_stats = nb__cuda_reset_peak_stats,
     .fused_optim = nb__cuda_fused_optim,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,

@@ -42,6 +42,7 @@ void nb__cuda_leave(int prev);
 void *nb__cuda_alloc(int index, size_t nbytes);
 void nb__cuda_free(int index, void *p, size_t nbytes);
 nb_status nb__cuda_memory_stats(int index, nb_memory_stats *out);
+void nb__cuda_reset_peak_stats(int index);
 /* Returns the idle pinned host blocks whose copies have completed (src/cuda/pinned.c). */
 void nb__cuda_pinned_empty_cache(void);
 
