@@ -16,7 +16,8 @@
 #                                 [--batch-size N] [--data synthetic|real] [--data-dir DIR]
 #                                 [--rounds N] [--results DIR] [--build-dir DIR]
 #                                 [--memory-format F] [--torch-memory-format F]
-#                                 [--step-in-backward on|off] [--no-build] [--no-peak] [--plain-env]
+#                                 [--step-in-backward on|off] [--cuda-graph on|off]
+#                                 [--no-build] [--no-peak] [--plain-env]
 #   --model      networks (default: the seven DLBench ones: fcn-s,alexnet-s,resnet-50,fcn-r,
 #                alexnet-r,resnet-56,lstm; also cnn, resnet20)
 #   --threads    thread counts (default: 1 and the number of cores)
@@ -28,6 +29,10 @@
 #                (default contiguous); --torch-memory-format then sets PyTorch's alone
 #   --step-in-backward on|off   both sides step each parameter in backward (nabla:
 #                nb_optim_step_in_backward; PyTorch: its post-accumulate-grad hook recipe); default off
+#   --cuda-graph on|off   both sides capture the training step once as a CUDA graph and time its
+#                replays (PyTorch: its whole-network capture recipe); default off. A GPU only, and
+#                compare.sh runs both programs on their default device, the CPU, where PyTorch's
+#                side gives error rows
 #   --rounds N   run every (network, threads) pair N times, alternating; each side's lowest
 #                median over the rounds is reported (the least disturbed; default 1)
 #   --results    where the raw results go (default build-bench/dlbench-results/<UTC time>)
@@ -52,6 +57,7 @@ rounds=1
 mf_nabla=contiguous
 mf_torch=contiguous
 sib=off
+cg=off
 results=""
 build_dir="$root/build-bench"
 build=1
@@ -69,6 +75,7 @@ while [ $# -gt 0 ]; do
     --memory-format) mf_nabla="$2"; mf_torch="$2"; shift ;;
     --torch-memory-format) mf_torch="$2"; shift ;;
     --step-in-backward) sib="$2"; shift ;;
+    --cuda-graph) cg="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --results) results="$2"; shift ;;
     --build-dir) build_dir="$2"; shift ;;
@@ -81,6 +88,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [[ "$sib" =~ ^(on|off)$ ]] || { echo "compare: --step-in-backward: expected on or off, got \"$sib\"" >&2; exit 2; }
+[[ "$cg" =~ ^(on|off)$ ]] || { echo "compare: --cuda-graph: expected on or off, got \"$cg\"" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds: expected an integer >= 1, got \"$rounds\"" >&2; exit 2; }
 [[ "$threads" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
   { echo "compare: --threads: expected comma-separated integers >= 1, got \"$threads\"" >&2; exit 2; }
@@ -127,13 +135,14 @@ run_env() { # threads, command...: the command with the benchmark environment
   fi
   echo "command: bench/dlbench/compare.sh --model $models --threads $threads --iters $iters --warmup $warmup" \
     "${batch[*]} ${data[*]} --rounds $rounds --memory-format $mf_nabla --torch-memory-format $mf_torch" \
-    "--step-in-backward $sib" \
+    "--step-in-backward $sib --cuda-graph $cg" \
     "$([ "$plain" -eq 1 ] && echo ' --plain-env')"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$results/env.txt"
 cat "$results/env.txt" >&2
 
-common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" "${data[@]}" --step-in-backward "$sib" --format json)
+common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" "${data[@]}" --step-in-backward "$sib" --cuda-graph "$cg"
+        --format json)
 status=0
 pair() { # model threads outfile-suffix
   local m=$1 t=$2 out=${3:-}

@@ -2,12 +2,21 @@
 
 usage: .venv-bench/bin/python bench/dlbench/torch_bench.py [--model a,b,...] [--device cpu|cuda[:N]]
            [--threads 1,2,...] [--batch-size N] [--warmup N] [--iters N] [--format json|csv|table]
-           [--seed N] [--cudnn-benchmark on|off] [--step-in-backward on|off]
+           [--seed N] [--cudnn-benchmark on|off] [--step-in-backward on|off] [--cuda-graph on|off]
 
 --step-in-backward on steps each parameter in backward, as soon as its gradient is whole, with
 PyTorch's recipe ("How to save memory by fusing the optimizer step into the backward pass"): one
 optimizer per parameter, stepped and zeroed by a register_post_accumulate_grad_hook; the
 iteration's optimizer step then has nothing left to do (nabla's flag of the same name).
+
+--cuda-graph on (a GPU only) times the iteration as PyTorch's "whole network capture" recipe
+(torch.cuda.graphs, CUDA Graphs in the CUDA semantics notes): max(3, --warmup) warm-up iterations
+on a side stream, then zero_grad(set_to_none) and one capture of forward, loss, backward,
+(clip_grad_norm_), optimizer step into a torch.cuda.CUDAGraph, over static input and target tensors
+(the LSTM's carried state too); each timed iteration copies the batch into the static tensors,
+replays the graph and reads the static loss back (nabla's flag of the same name). Adam (cnn) is
+built with capturable=True, which its capture needs. warmup_added counts the side-stream warm-up
+iterations beyond --warmup.
 
 Networks come from torch_models.build (the DLBench six, cnn, resnet20) and torch_lm.LSTMLM (lstm);
 "sgemm" is one 2048^3 float32 matmul per iteration. One timed iteration = zero_grad(set_to_none),
@@ -27,6 +36,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +91,10 @@ FASHION = ("fcn-r", "cnn")
 CIFAR = ("alexnet-r", "resnet-56", "resnet20")
 
 
+class CaptureError(Exception):
+    """The training step could not be captured as a CUDA graph (--cuda-graph on)."""
+
+
 def read_real(name, data_dir):
     """--data real: the training set of `name` as float32 [N, C, H, W] in [0, 1] and int64 labels,
     normalised per channel as nabla's loader does (Fashion-MNIST's IDX files, CIFAR-10's binary
@@ -116,9 +130,10 @@ class Net:
     DataLoader over the training set gives each iteration's batch)."""
 
     def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None, memory_format="contiguous",
-                 step_in_backward=False):
+                 step_in_backward=False, cuda_graph=False):
         c, h, w, classes, _, _, opt, _ = SPECS[name]
         self.name, self.batch, self.device, self.state = name, batch, device, None
+        self.cuda_graph, self.graph = cuda_graph, None
         torch.manual_seed(seed)
         g = torch.Generator().manual_seed(seed)
         self.model = None
@@ -126,6 +141,11 @@ class Net:
             self.x = torch.randn(h, w, generator=g).to(device)
             self.y = torch.randn(h, w, generator=g).to(device)
             return
+        if cuda_graph:
+            if device.type != "cuda":
+                raise ValueError("--cuda-graph on: cuda graphs need a CUDA device")
+            if step_in_backward:
+                raise ValueError("--cuda-graph on and --step-in-backward on are not supported together")
         if name == "lstm":
             from torch_lm import LSTMLM
             self.model = LSTMLM(LSTM_VOCAB, LSTM_EMBED, LSTM_HIDDEN, LSTM_LAYERS)
@@ -154,11 +174,13 @@ class Net:
         self.params = ps
 
         def make(ps):
-            if kind == "adam":
-                return torch.optim.Adam(ps, lr=lr)
+            if kind == "adam":  # a CUDA graph captures Adam's step only with its step count on the device
+                return torch.optim.Adam(ps, lr=lr, capturable=True) if cuda_graph else torch.optim.Adam(ps, lr=lr)
             return torch.optim.SGD(ps, lr=lr, momentum=momentum, weight_decay=wd, nesterov=nesterov)
 
         self.opt = make(ps)
+        if cuda_graph and kind == "adam":  # its warm-up steps run uncaptured, as the recipe's do
+            warnings.filterwarnings("ignore", message="This instance was constructed with capturable=True")
         self.step_in_backward = step_in_backward
         if step_in_backward:
             if self.clip > 0:
@@ -182,33 +204,84 @@ class Net:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def next_batch(self):
+        """--data real: the loader's next batch (host tensors), starting a new epoch when one ends."""
+        b = next(self.it, None) if self.it is not None else None
+        if b is None:
+            self.it = iter(self.loader)
+            b = next(self.it)
+        return b
+
+    def step(self, x, y, state):
+        """Forward, loss, backward, (clipping), optimizer step; the loss tensor and the LSTM's new
+        state (None for the others)."""
+        if self.name == "lstm":
+            out, state = self.model(x, state)
+            loss = F.cross_entropy(out.reshape(-1, LSTM_VOCAB), y.reshape(-1))
+        else:
+            if self.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            loss, state = F.cross_entropy(self.model(x), y), None
+        loss.backward()
+        if self.clip > 0:  # sync-free: foreach norms, clamp, foreach_mul (no error_if_nonfinite)
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        if not self.step_in_backward:
+            self.opt.step()
+        return loss, state
+
     def iterate(self):
         if self.model is None:
             torch.mm(self.x, self.y)
             self.sync()
             return 0.0
+        if self.graph is not None:
+            return self.replay()
         if self.loader is not None:  # the input pipeline is part of a real-data iteration
-            b = next(self.it, None) if self.it is not None else None
-            if b is None:
-                self.it = iter(self.loader)
-                b = next(self.it)
+            b = self.next_batch()
             self.x, self.y = b[0].to(self.device), b[1].to(self.device)
         self.opt.zero_grad(set_to_none=True)
-        if self.name == "lstm":
-            out, state = self.model(self.x, self.state)
+        loss, state = self.step(self.x, self.y, self.state)
+        if state is not None:
             self.state = tuple(s.detach() for s in state)
-            loss = F.cross_entropy(out.reshape(-1, LSTM_VOCAB), self.y.reshape(-1))
-        else:
-            x = self.x
-            if self.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            loss = F.cross_entropy(self.model(x), self.y)
-        loss.backward()
-        if self.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        if not self.step_in_backward:
-            self.opt.step()
         v = loss.item()
+        self.sync()
+        return v
+
+    def capture(self, warmup):
+        """--cuda-graph on: PyTorch's whole-network capture. `warmup` iterations on a side stream
+        (optimizer state, cuDNN/cuBLAS plans and the allocator settle outside the capture), then
+        the step captured once into self.graph over static tensors. Returns the last warm-up loss."""
+        loss = float("nan")
+        with torch.cuda.device(self.device):
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(warmup):
+                    loss = self.iterate()
+            torch.cuda.current_stream().wait_stream(s)
+            # static tensors: the graph reads and writes these addresses on every replay
+            self.static_x, self.static_y = self.x.clone(), self.y.clone()
+            self.static_state = tuple(t.clone() for t in self.state) if self.name == "lstm" else None
+            self.graph = torch.cuda.CUDAGraph()
+            self.opt.zero_grad(set_to_none=True)  # backward in the capture allocates .grad from the graph's pool
+            with torch.cuda.graph(self.graph):
+                self.static_loss, state = self.step(self.static_x, self.static_y, self.static_state)
+                if state is not None:  # the carried state, after backward has read the old one
+                    for dst, src in zip(self.static_state, state):
+                        dst.copy_(src.detach())
+        return loss
+
+    def replay(self):
+        """One timed --cuda-graph iteration: the batch into the static tensors, replay, the loss read back."""
+        if self.loader is not None:
+            b = self.next_batch()
+            self.static_x.copy_(b[0])
+            self.static_y.copy_(b[1])
+        else:  # the same batch every time, copied as a real loop's would be
+            self.static_x.copy_(self.x)
+            self.static_y.copy_(self.y)
+        self.graph.replay()
+        v = self.static_loss.item()
         self.sync()
         return v
 
@@ -217,6 +290,7 @@ def time_net(net, threads, args, device_name):
     r = {"impl": "pytorch", "model": net.name, "device": device_name, "threads": threads, "batch": net.batch,
          "iters": args.iters, "warmup": args.warmup, "warmup_added": 0, "memory_format": args.memory_format,
          "step_in_backward": net.step_in_backward if net.model is not None else False,
+         "cuda_graph": net.cuda_graph if net.model is not None else False,
          # PyTorch has no algorithm switch for its CPU convolutions (its oneDNN path asks for the
          # direct algorithm); cuDNN chooses its own on CUDA
          "conv_algo": ("cudnn-benchmark" if torch.backends.cudnn.benchmark else "default")
@@ -224,8 +298,17 @@ def time_net(net, threads, args, device_name):
     if net.device.type == "cpu":
         torch.set_num_threads(threads)
     loss = float("nan")
-    for _ in range(args.warmup):
-        loss = net.iterate()
+    if net.cuda_graph and net.model is not None and net.graph is None:
+        n = max(3, args.warmup)  # the recipe's side-stream warm-up: at least 3 iterations
+        r["warmup_added"] = n - args.warmup
+        try:
+            loss = net.capture(n)
+        except Exception as e:  # an op that syncs or is not capturable in the installed torch
+            net.graph = None
+            raise CaptureError(f"{net.name}: the training step could not be captured as a CUDA graph: {e}") from e
+    else:
+        for _ in range(args.warmup):
+            loss = net.iterate()
     t = []
     prof = None
     if args.profile:  # the per-op table on stderr, as `nabla bench --profile`
@@ -299,6 +382,9 @@ def main():
                          "convolutions always search); default on")
     ap.add_argument("--step-in-backward", default="off", choices=["on", "off"],
                     help="on: each parameter steps in backward (register_post_accumulate_grad_hook)")
+    ap.add_argument("--cuda-graph", default="off", choices=["on", "off"],
+                    help="on (a GPU only): the step captured once as a CUDA graph and replayed (PyTorch's "
+                         "whole-network capture recipe)")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's per-op table (self time) on stderr after each network")
     args = ap.parse_args()
@@ -321,24 +407,33 @@ def main():
     if args.format == "csv":
         print(",".join(FIELDS))
     rows, status = [], 0
+
+    def error_row(name, batch, t, msg):
+        return {"impl": "pytorch", "model": name, "device": device_name, "threads": t, "batch": batch,
+                "iters": args.iters, "warmup": args.warmup, "warmup_added": 0,
+                "step_in_backward": args.step_in_backward == "on", "cuda_graph": args.cuda_graph == "on",
+                "error": msg, "fwd_flops_per_sample": SPECS[name][5]}
+
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
             net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format,
-                      args.step_in_backward == "on")
+                      args.step_in_backward == "on", args.cuda_graph == "on")
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
             for t in threads:
-                r = {"impl": "pytorch", "model": name, "device": device_name, "threads": t, "batch": batch,
-                     "iters": args.iters, "warmup": args.warmup, "warmup_added": 0,
-                     "step_in_backward": args.step_in_backward == "on", "error": f"{name}: {e}",
-                     "fwd_flops_per_sample": SPECS[name][5]}
+                r = error_row(name, batch, t, f"{name}: {e}")
                 rows.append(r)
                 emit(r, args.format)
             continue
         for t in threads:
-            r = time_net(net, t, args, device_name)
+            try:
+                r = time_net(net, t, args, device_name)
+            except CaptureError as e:
+                print(f"torch_bench: {e}", file=sys.stderr)
+                status = 1
+                r = error_row(name, batch, t, str(e))
             rows.append(r)
             emit(r, args.format)
         del net
