@@ -1,7 +1,12 @@
 /* A caching pool for device memory (see devpool_impl.h for the policy). Blocks are kept in
  * address order within their segment (prev/next), free blocks on one list per pool kind (small,
  * large), live blocks in a pointer-keyed hash table, and blocks waiting for other streams' events
- * on a pending list. */
+ * on a pending list. Every block carries the id of the private pool its segment belongs to (0:
+ * the general pool); all blocks of a segment share it, so merging never mixes pools. A private
+ * pool links its segments' first blocks (which live as long as the segment: a merge keeps the
+ * lower block). Blocks freed during a capture that wait for other streams are parked on a list
+ * until the capture ends. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +24,23 @@ struct dp_block {
     void **uses;           /* other streams the block was used on (record_stream) */
     int n_uses, cap_uses;
     int pending;           /* events still to complete before reuse */
+    int pool_id;           /* the private pool of the segment; 0: the general pool */
+    dp_block *seg_next;    /* on a private segment's first block: the pool's next segment */
     bool live, small;
+    bool parked;           /* freed during a capture, waiting for its end (on pool->parked) */
 };
 
 typedef struct dp_event {
     void *event;
     dp_block *block;
 } dp_event;
+
+typedef struct dp_private {
+    int id;
+    void *stream;
+    bool capturing;    /* between begin and end: allocations on stream are routed here */
+    dp_block *segments; /* first blocks of its segments, through seg_next */
+} dp_private;
 
 struct nb_devpool {
     nb_devpool_ops ops;
@@ -35,6 +50,10 @@ struct nb_devpool {
     size_t table_cap, table_n, table_used;
     dp_event *events;
     size_t n_events, cap_events, reserved_events; /* reserved: one per recorded use of a live block */
+    dp_private *privs;
+    int n_privs, cap_privs, last_id;
+    int n_capturing; /* private pools between begin and end: no device call but raw_alloc */
+    dp_block *parked; /* through fnext */
     nb_devpool_stats stats;
 };
 
@@ -141,7 +160,7 @@ static void list_push(nb_devpool *pool, dp_block *b)
     *head = b;
 }
 
-static bool is_free(const dp_block *b) { return b && !b->live && b->pending == 0; }
+static bool is_free(const dp_block *b) { return b && !b->live && !b->parked && b->pending == 0; }
 
 /* Puts a block that no stream uses any more back on its free list, merged with free neighbours. */
 static void release_block(nb_devpool *pool, dp_block *b)
@@ -186,23 +205,28 @@ static void process_events(nb_devpool *pool)
     pool->n_events = k;
 }
 
-/* Returns every whole free segment to the device. */
+static void raw_free_segment(nb_devpool *pool, dp_block *b)
+{
+    pool->ops.raw_free(pool->ops.ctx, b->ptr, b->size);
+    pool->stats.reserved -= b->size;
+    pool->stats.n_raw_frees++;
+    free(b->uses);
+    free(b);
+}
+
+/* Returns every whole free segment of the general pool to the device. */
 static void release_cached(nb_devpool *pool)
 {
     for (int s = 0; s < 2; s++) {
         dp_block **pp = free_list(pool, s == 0);
         while (*pp) {
             dp_block *b = *pp;
-            if (b->prev || b->next) {
+            if (b->prev || b->next || b->pool_id) {
                 pp = &b->fnext;
                 continue;
             }
             *pp = b->fnext;
-            pool->ops.raw_free(pool->ops.ctx, b->ptr, b->size);
-            pool->stats.reserved -= b->size;
-            pool->stats.n_raw_frees++;
-            free(b->uses);
-            free(b);
+            raw_free_segment(pool, b);
         }
     }
 }
@@ -240,15 +264,18 @@ void nb__devpool_destroy(nb_devpool *pool)
     if (!pool) return;
     for (size_t i = 0; i < pool->n_events; i++)
         if (pool->events[i].event) pool->ops.event_free(pool->ops.ctx, pool->events[i].event);
-    /* Collect one block per segment (the heads), from the free lists, the live table and the
-     * blocks waiting for events, then free each segment's block chain once. */
+    /* Collect one block per segment (the heads), from the free lists, the live table, the blocks
+     * waiting for events and the parked ones, then free each segment's block chain once. */
     size_t cap = 16, n = 0;
     dp_block **heads = malloc(cap * sizeof *heads);
-    for (int pass = 0; pass < 3 && heads; pass++) {
-        size_t count = pass == 0 ? 2 : pass == 1 ? pool->table_cap : pool->n_events;
+    for (int pass = 0; pass < 4 && heads; pass++) {
+        size_t count = pass == 0 ? 2 : pass == 1 ? pool->table_cap : pass == 2 ? pool->n_events : 1;
         for (size_t i = 0; i < count; i++) {
-            dp_block *b = pass == 0 ? *free_list(pool, i == 0) : pass == 1 ? pool->table[i] : pool->events[i].block;
-            for (; b && b != TOMB; b = pass == 0 ? b->fnext : NULL) {
+            dp_block *b = pass == 0   ? *free_list(pool, i == 0)
+                          : pass == 1 ? pool->table[i]
+                          : pass == 2 ? pool->events[i].block
+                                      : pool->parked;
+            for (; b && b != TOMB; b = pass == 0 || pass == 3 ? b->fnext : NULL) {
                 dp_block *h = b;
                 while (h->prev) h = h->prev;
                 bool dup = false;
@@ -268,6 +295,7 @@ void nb__devpool_destroy(nb_devpool *pool)
     free(heads);
     free(pool->table);
     free(pool->events);
+    free(pool->privs);
     pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
@@ -287,7 +315,7 @@ static void *oom(nb_devpool *pool, size_t nbytes)
     fmt_bytes(used, sizeof used, pool->stats.allocated);
     fmt_bytes(res, sizeof res, pool->stats.reserved);
     size_t f = 0, t = 0;
-    if (pool->ops.mem_info && pool->ops.mem_info(pool->ops.ctx, &f, &t)) {
+    if (pool->ops.mem_info && !pool->n_capturing && pool->ops.mem_info(pool->ops.ctx, &f, &t)) {
         fmt_bytes(fr, sizeof fr, f);
         fmt_bytes(tot, sizeof tot, t);
         return nb__err_null(NB_ERR_OOM,
@@ -299,13 +327,15 @@ static void *oom(nb_devpool *pool, size_t nbytes)
                         pool->ops.device_name, want, used, res);
 }
 
-/* The best-fitting free block of `stream` for size, taken off its list; NULL when none. */
-static dp_block *take_fit(nb_devpool *pool, size_t size, bool small, void *stream)
+/* The best-fitting free block of `stream` and private pool `id` for size, taken off its list;
+ * NULL when none. */
+static dp_block *take_fit(nb_devpool *pool, size_t size, bool small, void *stream, int id)
 {
     dp_block **best = NULL;
     for (dp_block **pp = free_list(pool, small); *pp; pp = &(*pp)->fnext) {
         dp_block *b = *pp;
-        if (b->stream == stream && b->size >= size && (!best || b->size < (*best)->size)) best = pp;
+        if (b->stream == stream && b->pool_id == id && b->size >= size && (!best || b->size < (*best)->size))
+            best = pp;
     }
     if (!best) return NULL;
     dp_block *b = *best;
@@ -314,24 +344,47 @@ static dp_block *take_fit(nb_devpool *pool, size_t size, bool small, void *strea
     return b;
 }
 
-static dp_block *new_segment(nb_devpool *pool, size_t size, bool small, void *stream)
+static dp_private *find_private(nb_devpool *pool, int id)
+{
+    for (int i = 0; i < pool->n_privs; i++)
+        if (pool->privs[i].id == id) return &pool->privs[i];
+    return NULL;
+}
+
+/* The private pool that allocations on `stream` are routed to; NULL: the general pool. */
+static dp_private *routed(nb_devpool *pool, void *stream)
+{
+    for (int i = 0; pool->n_capturing && i < pool->n_privs; i++)
+        if (pool->privs[i].capturing && pool->privs[i].stream == stream) return &pool->privs[i];
+    return NULL;
+}
+
+/* A new segment for `priv` (NULL: the general pool). The block is made before the device is
+ * asked, so that no failure after it has to give the memory back (a device call). */
+static dp_block *new_segment(nb_devpool *pool, size_t size, bool small, void *stream, dp_private *priv)
 {
     size_t seg = segment_size(size);
+    dp_block *b = calloc(1, sizeof *b);
+    if (!b) return nb__err_null(NB_ERR_OOM, "%s: out of host memory", pool->ops.device_name);
     void *p = pool->ops.raw_alloc(pool->ops.ctx, seg);
-    if (!p) {
+    if (!p && !pool->n_capturing) {
         release_cached(pool);
         p = pool->ops.raw_alloc(pool->ops.ctx, seg);
     }
-    if (!p) return oom(pool, size);
-    dp_block *b = calloc(1, sizeof *b);
-    if (!b) {
-        pool->ops.raw_free(pool->ops.ctx, p, seg);
-        return nb__err_null(NB_ERR_OOM, "%s: out of host memory", pool->ops.device_name);
+    if (!p) {
+        free(b);
+        return oom(pool, size);
     }
     b->ptr = p;
     b->size = seg;
     b->stream = stream;
     b->small = small;
+    if (priv) {
+        b->pool_id = priv->id;
+        b->seg_next = priv->segments;
+        priv->segments = b;
+        pool->stats.private_reserved += seg;
+    }
     pool->stats.reserved += seg;
     pool->stats.n_raw_allocs++;
     if (pool->stats.reserved > pool->stats.peak_reserved) pool->stats.peak_reserved = pool->stats.reserved;
@@ -348,6 +401,7 @@ static void maybe_split(nb_devpool *pool, dp_block *b, size_t size)
     r->ptr = b->ptr + size;
     r->size = rest;
     r->stream = b->stream;
+    r->pool_id = b->pool_id;
     r->small = b->small;
     r->prev = b;
     r->next = b->next;
@@ -363,9 +417,10 @@ void *nb__devpool_alloc(nb_devpool *pool, size_t nbytes, void *stream)
     if (size < nbytes) return nb__err_null(NB_ERR_OOM, "%s: cannot allocate %zu bytes", pool->ops.device_name, nbytes);
     bool small = size <= NB_DEVPOOL_SMALL;
     pthread_mutex_lock(&pool->lock);
-    if (pool->n_events) process_events(pool);
-    dp_block *b = take_fit(pool, size, small, stream);
-    if (!b) b = new_segment(pool, size, small, stream);
+    if (pool->n_events && !pool->n_capturing) process_events(pool);
+    dp_private *priv = routed(pool, stream);
+    dp_block *b = take_fit(pool, size, small, stream, priv ? priv->id : 0);
+    if (!b) b = new_segment(pool, size, small, stream, priv);
     if (b) {
         maybe_split(pool, b, size);
         b->live = true;
@@ -383,6 +438,22 @@ void *nb__devpool_alloc(nb_devpool *pool, size_t nbytes, void *stream)
     return b ? b->ptr : NULL;
 }
 
+/* A freed block: reusable now, or once an event recorded on each stream that used it has
+ * completed. */
+static void retire(nb_devpool *pool, dp_block *b)
+{
+    /* record_stream reserved room for these entries. An event that cannot be recorded (the
+     * device refused) is kept as NULL: that block is never reused, which is never unsafe. */
+    for (int i = 0; i < b->n_uses; i++) {
+        void *ev = pool->ops.event_record(pool->ops.ctx, b->uses[i]);
+        pool->events[pool->n_events++] = (dp_event){ev, b};
+        b->pending++;
+    }
+    pool->reserved_events -= (size_t)b->n_uses;
+    b->n_uses = 0;
+    if (b->pending == 0) release_block(pool, b);
+}
+
 nb_status nb__devpool_free(nb_devpool *pool, void *p)
 {
     if (!p) return NB_OK;
@@ -396,16 +467,13 @@ nb_status nb__devpool_free(nb_devpool *pool, void *p)
     pool->stats.allocated -= b->size;
     pool->stats.n_frees++;
     b->live = false;
-    /* record_stream reserved room for these entries. An event that cannot be recorded (the
-     * device refused) is kept as NULL: that block is never reused, which is never unsafe. */
-    for (int i = 0; i < b->n_uses; i++) {
-        void *ev = pool->ops.event_record(pool->ops.ctx, b->uses[i]);
-        pool->events[pool->n_events++] = (dp_event){ev, b};
-        b->pending++;
+    if (b->n_uses && pool->n_capturing) {
+        b->parked = true;
+        b->fnext = pool->parked;
+        pool->parked = b;
+    } else {
+        retire(pool, b);
     }
-    pool->reserved_events -= (size_t)b->n_uses;
-    b->n_uses = 0;
-    if (b->pending == 0) release_block(pool, b);
     pthread_mutex_unlock(&pool->lock);
     return NB_OK;
 }
@@ -460,8 +528,10 @@ nb_status nb__devpool_record_stream(nb_devpool *pool, void *p, void *stream)
 void nb__devpool_empty_cache(nb_devpool *pool)
 {
     pthread_mutex_lock(&pool->lock);
-    if (pool->n_events) process_events(pool);
-    release_cached(pool);
+    if (!pool->n_capturing) {
+        if (pool->n_events) process_events(pool);
+        release_cached(pool);
+    }
     pthread_mutex_unlock(&pool->lock);
 }
 
@@ -478,4 +548,93 @@ void nb__devpool_reset_peak(nb_devpool *pool)
     pool->stats.peak_allocated = pool->stats.allocated;
     pool->stats.peak_reserved = pool->stats.reserved;
     pthread_mutex_unlock(&pool->lock);
+}
+
+/* ---- private pools -------------------------------------------------------------------------- */
+
+int nb__devpool_private_begin(nb_devpool *pool, void *stream)
+{
+    pthread_mutex_lock(&pool->lock);
+    dp_private *on = routed(pool, stream);
+    if (on) {
+        int id = on->id;
+        pthread_mutex_unlock(&pool->lock);
+        nb__err(NB_ERR_INVALID_ARG, "%s: private_begin: stream %p already has private pool %d between begin and end",
+                pool->ops.device_name, stream, id);
+        return 0;
+    }
+    if (pool->n_privs == pool->cap_privs) {
+        int cap = pool->cap_privs ? 2 * pool->cap_privs : 4;
+        dp_private *g = realloc(pool->privs, (size_t)cap * sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&pool->lock);
+            nb__err(NB_ERR_OOM, "%s: private_begin: out of host memory", pool->ops.device_name);
+            return 0;
+        }
+        pool->privs = g;
+        pool->cap_privs = cap;
+    }
+    if (pool->last_id == INT_MAX) {
+        pthread_mutex_unlock(&pool->lock);
+        nb__err(NB_ERR_OOM, "%s: private_begin: out of private pool ids", pool->ops.device_name);
+        return 0;
+    }
+    int id = ++pool->last_id;
+    pool->privs[pool->n_privs++] = (dp_private){id, stream, true, NULL};
+    pool->n_capturing++;
+    pthread_mutex_unlock(&pool->lock);
+    return id;
+}
+
+nb_status nb__devpool_private_end(nb_devpool *pool, int id)
+{
+    pthread_mutex_lock(&pool->lock);
+    dp_private *priv = find_private(pool, id);
+    if (!priv || !priv->capturing) {
+        pthread_mutex_unlock(&pool->lock);
+        return nb__err(NB_ERR_INVALID_ARG, "%s: private_end: private pool %d %s", pool->ops.device_name, id,
+                       priv ? "has already ended" : "does not exist (never begun, or released)");
+    }
+    priv->capturing = false;
+    /* the last capture ended: the parked blocks take the usual path, their events recorded now */
+    if (--pool->n_capturing == 0) {
+        while (pool->parked) {
+            dp_block *b = pool->parked;
+            pool->parked = b->fnext;
+            b->fnext = NULL;
+            b->parked = false;
+            retire(pool, b);
+        }
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NB_OK;
+}
+
+nb_status nb__devpool_private_release(nb_devpool *pool, int id)
+{
+    pthread_mutex_lock(&pool->lock);
+    dp_private *priv = find_private(pool, id);
+    if (!priv || priv->capturing) {
+        pthread_mutex_unlock(&pool->lock);
+        return nb__err(NB_ERR_INVALID_ARG, "%s: private_release: private pool %d %s", pool->ops.device_name, id,
+                       priv ? "is still capturing (between begin and end)"
+                            : "does not exist (never begun, or released)");
+    }
+    for (dp_block *h = priv->segments, *next; h; h = next) {
+        next = h->seg_next;
+        h->seg_next = NULL;
+        size_t total = 0;
+        for (dp_block *b = h; b; b = b->next) {
+            total += b->size;
+            b->pool_id = 0;
+        }
+        pool->stats.private_reserved -= total;
+        if (!h->next && is_free(h) && !pool->n_capturing) {
+            list_remove(pool, h);
+            raw_free_segment(pool, h);
+        }
+    }
+    *priv = pool->privs[--pool->n_privs];
+    pthread_mutex_unlock(&pool->lock);
+    return NB_OK;
 }

@@ -14,6 +14,8 @@
  * - When the device refuses memory, the pool releases its cached whole segments and tries once
  *   more; then the request fails with an out-of-memory error that names the size asked for and
  *   what is in use. The pool and every live block survive it.
+ * - Private pools (nb__devpool_private_begin): the memory of a captured CUDA graph, kept apart
+ *   from everything else until the graph is released.
  * Thread-safe (one mutex). */
 #ifndef NB_DEVPOOL_IMPL_H
 #define NB_DEVPOOL_IMPL_H
@@ -46,6 +48,8 @@ typedef struct nb_devpool_stats {
     uint64_t n_allocs, n_frees; /* calls to nb__devpool_alloc / free that succeeded */
     uint64_t n_raw_allocs, n_raw_frees;
     uint64_t n_ooms;           /* requests that failed for lack of memory */
+    size_t private_reserved;   /* of `reserved`, bytes in segments of private pools (capturing or
+                                * ended) not yet released */
 } nb_devpool_stats;
 
 typedef struct nb_devpool nb_devpool;
@@ -72,6 +76,29 @@ void nb__devpool_empty_cache(nb_devpool *pool);
 void nb__devpool_stats(nb_devpool *pool, nb_devpool_stats *out);
 /* The peaks start again from what is allocated and reserved now. */
 void nb__devpool_reset_peak(nb_devpool *pool);
+/* Private pools, for CUDA graph capture (PyTorch's graph memory pools). Between begin and end,
+ * every allocation on `stream` is served from the private pool's own segments (new ones are
+ * obtained for it), and its blocks freed return to it only: a private pool's free blocks are
+ * never given to any other allocation, so the memory a captured graph uses stays its own for as
+ * long as the graph lives, and replays find it where the capture left it. While any private pool
+ * is between begin and end ("capturing"), the pool calls nothing of the device but raw_alloc:
+ * no event is recorded, queried or freed, and nothing is returned to the device (a request the
+ * device refuses fails at once with the usual out-of-memory error, less the device's free memory,
+ * which mem_info is not asked for; nb__devpool_empty_cache does nothing). A block freed then that
+ * other streams used (record_stream) is set aside and goes through the usual event-guarded path
+ * at end. Returns the private pool's id (> 0), or 0 with
+ * an error set (out of host memory; `stream` already has a private pool between begin and end). */
+int nb__devpool_private_begin(nb_devpool *pool, void *stream);
+/* Ends the routing of id's stream; its blocks and segments stay the private pool's.
+ * NB_ERR_INVALID_ARG for an unknown id, or one already ended. */
+nb_status nb__devpool_private_end(nb_devpool *pool, int id);
+/* The graph is gone: id's whole free segments are returned to the device, and its other
+ * segments become ordinary cached memory of their stream (their live blocks, tensors made
+ * during the capture that are still alive, are freed as any other). While another private pool
+ * is capturing, the whole free segments too become ordinary cached memory instead (nothing is
+ * returned to the device then). NB_ERR_INVALID_ARG for an unknown id, or one still between
+ * begin and end. */
+nb_status nb__devpool_private_release(nb_devpool *pool, int id);
 /* The rounded size a request of nbytes occupies. */
 size_t nb__devpool_round(size_t nbytes);
 
