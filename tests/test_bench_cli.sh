@@ -224,6 +224,17 @@ if [[ $rc -eq 1 ]] && grep -q '"error": "lstm clips its gradients' sbl.txt && gr
 else
     fail "--step-in-backward on with the LSTM: exit $rc, $(head -c 400 sbl.txt) $(head -c 400 sbl.err)"
 fi
+# ---- --cuda-graph: a bad value is a usage error; on the CPU, a row that says why it cannot run ----
+expect 2 'bench: unknown --cuda-graph "1" (expected on or off)' "$nabla" bench --model cnn --cuda-graph 1
+"$nabla" bench --model fcn-r --threads 1 --batch-size 2 --iters 1 --warmup 0 --format json --cuda-graph on \
+    > cg.txt 2> cg.err
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q '"cuda_graph": true' cg.txt && grep -q '"error": "fcn-r: cuda graphs need a CUDA device"' cg.txt &&
+    grep -q 'cuda graphs need a CUDA device' cg.err; then
+    pass "--cuda-graph on on the CPU: the row says why it cannot run ($(head -c 200 cg.err))"
+else
+    fail "--cuda-graph on on the CPU: exit $rc, $(head -c 400 cg.txt) $(head -c 400 cg.err)"
+fi
 # a list of threads is bench's alone
 expect 2 '--threads: expected an integer >= 1, got "1,2"' "$nabla" train --model mlp --threads 1,2
 if "$nabla" info | grep -Eq '^  cuda:[0-9]'; then

@@ -25,6 +25,9 @@ static void test_no_device(void **state)
     NBT_FAILS(nb_cuda_current_stream(-1) == NULL, NB_ERR_DEVICE, "cuda_current_stream", NULL);
     NBT_FAILS(nb_cuda_event_create(true) == NULL, NB_ERR_DEVICE, "cuda_event_create", NULL);
     NBT_FAILS(nb_cuda_synchronize(-1) != NB_OK, NB_ERR_DEVICE, "cuda_synchronize", NULL);
+    NBT_FAILS(nb_cuda_graph_create(0) == NULL, NB_ERR_DEVICE, "cuda_graph_create", why(), NULL);
+    assert_false(nb_cuda_is_capturing(-1));
+    nb_cuda_graph_free(NULL);
     nb_cuda_device_guard g;
     NBT_OK(nb_cuda_device_guard_enter(&g, -1)); /* -1: stay where we are, which always works */
     nb_cuda_device_guard_exit(&g);

@@ -22,6 +22,7 @@ typedef struct cli_opts {
     const char *profile;     /* bench: NULL, "host" or "sync" (per-op table on stderr) */
     const char *memory_format; /* bench: "contiguous" (default) or "channels_last" */
     const char *conv_algo;     /* bench, train: "auto", "direct" or "winograd" (NULL: nb_get_conv_algo's) */
+    const char *cuda_graph;       /* bench: "on" or "off" (NULL: off), the step as a CUDA graph */
     const char *step_in_backward; /* bench: "on" or "off" (NULL: off), nb_optim_step_in_backward */
     const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */
     int64_t epochs, batch_size, limit, threads;

@@ -12,7 +12,9 @@
  * (sequences/s for the LSTM), achieved GFLOP/s = 3 x forward FLOPs per sample x batch / median
  * (a training step costs about 3x the forward pass; the forward counts are DLBENCH.md's), the
  * process's peak resident set (getrusage ru_maxrss: the whole process so far, model building
- * included) and nabla's allocator peak (nb_memory_stats peak_allocated, same caveat).
+ * included) and nabla's allocator peak over the timed iterations (nb_memory_stats peak_allocated
+ * after nb_memory_reset_peak_stats: what the training step itself holds at most, the model,
+ * optimizer state and batch included).
  * "sgemm" is no network: one 2048x2048x2048 float32 matmul per iteration, the machine's GEMM
  * ceiling for the GFLOP/s fractions bench/dlbench/compare.sh prints.
  * --data real (DLBench's "-R" runs): fcn-r and cnn read Fashion-MNIST, alexnet-r, resnet-56 and
@@ -26,7 +28,12 @@
  * the JSON records the one used. --step-in-backward on makes each optimizer step in backward
  * (nb_optim_step_in_backward; torch_bench.py's flag of the same name does PyTorch's recipe for it):
  * the timed iteration is the same, and its nb_optim_step finds nothing left to do. Networks that
- * clip their gradients (the LSTM) cannot run that way. */
+ * clip their gradients (the LSTM) cannot run that way. --cuda-graph on (a CUDA device only) warms
+ * up as usual, then takes one eager step on a CUDA graph's stream and captures one step
+ * (nb_cuda_graph_capture_begin/end; torch_bench.py's flag of the same name does PyTorch's
+ * whole-network capture); each timed iteration is then a replay and the loss read back (with
+ * --data real, the loader's batch copied into the captured step's inputs first). The LSTM, whose
+ * model carries its hidden state across steps, cannot run that way yet. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +94,7 @@ typedef struct bench {
     nb_profile_mode profile; /* with --profile (o.profile set) */
     bool channels_last;      /* --memory-format channels_last */
     bool step_in_backward;   /* --step-in-backward on */
+    bool cuda_graph;         /* --cuda-graph on */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
     bench_result res[MAX_RUNS * MAX_THREADS];
@@ -104,6 +112,8 @@ typedef struct bench_net {
     int64_t batch;
     nb_dataset *ds;   /* --data real */
     nb_data_loader *loader;
+    nb_cuda_graph *graph; /* --cuda-graph on: the captured step, its loss and static inputs */
+    nb_tensor *gloss, *gx, *gy;
 } bench_net;
 
 static bool is_lstm(const bench_spec *s) { return !s->zoo; }
@@ -179,6 +189,10 @@ static int setup(bench *b)
     if (sb && strcmp(sb, "on") && strcmp(sb, "off"))
         return cli_fail(CLI_USAGE, "bench: unknown --step-in-backward \"%s\" (expected on or off)", sb);
     b->step_in_backward = sb && !strcmp(sb, "on");
+    const char *cg = b->o.cuda_graph;
+    if (cg && strcmp(cg, "on") && strcmp(cg, "off"))
+        return cli_fail(CLI_USAGE, "bench: unknown --cuda-graph \"%s\" (expected on or off)", cg);
+    b->cuda_graph = cg && !strcmp(cg, "on");
     int crc = cli_set_conv_algo("bench", b->o.conv_algo);
     if (crc != CLI_OK) return crc;
     int rc = parse_models(b);
@@ -195,6 +209,10 @@ static int setup(bench *b)
 
 static void net_free(bench_net *n)
 {
+    nb_tensor_free(n->gloss);
+    nb_tensor_free(n->gx);
+    nb_tensor_free(n->gy);
+    nb_cuda_graph_free(n->graph);
     nb_data_loader_free(n->loader);
     nb_dataset_free(n->ds);
     nb_optim_free(n->opt);
@@ -266,7 +284,7 @@ static nb_status make_data(bench_net *n, nb_generator *g, nb_device dev)
 }
 
 /* A failure of the bench itself (not of a nabla call) for the current row. */
-static char g_err[128];
+static char g_err[200];
 
 /* --data real: the data set of n's network and its loader; false with the reason in err. The
  * "-S" networks keep their synthetic batch. */
@@ -372,6 +390,31 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, const ben
     return ok;
 }
 
+/* One training step on batch (x, y) without reading anything back: zero_grad, forward, loss,
+ * backward, (clipping), optimizer step; *loss_out is the loss tensor (scope-owned). */
+static nb_status train_step(bench_net *n, nb_tensor *x, nb_tensor *y, bool channels_last, nb_tensor **loss_out)
+{
+    const bench_spec *s = n->s;
+    nb_status st = nb_optim_zero_grad(n->opt);
+    /* --memory-format channels_last: an image batch is converted here, inside the step (a data
+     * pipeline gives NCHW), and the layers keep the layout from there on */
+    if (st == NB_OK && channels_last && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST)))
+        st = nb_last_status();
+    nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, x) : NULL;
+    if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
+        int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};
+        out = nb_reshape(out, flat, 2);
+        y = nb_reshape(y, fy, 1);
+    }
+    nb_tensor *loss = out && y ? nb_cross_entropy(out, y, NULL) : NULL;
+    if (st == NB_OK && !loss) st = nb_last_status();
+    if (st == NB_OK) st = nb_backward(loss, NULL, 0);
+    if (st == NB_OK && s->clip > 0) st = nb_clip_grad_norm_(n->params, n->n_params, s->clip, 2.0, NULL);
+    if (st == NB_OK) st = nb_optim_step(n->opt);
+    *loss_out = loss;
+    return st;
+}
+
 /* One timed unit: a training iteration (see the top of the file), or sgemm's matmul. */
 static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double *loss_out)
 {
@@ -386,28 +429,66 @@ static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double
         return st;
     }
     if (n->loader) st = next_batch(n);
-    if (st == NB_OK) st = nb_optim_zero_grad(n->opt);
-    /* --memory-format channels_last: an image batch is converted here, inside the step (a data
-     * pipeline gives NCHW), and the layers keep the layout from there on */
-    nb_tensor *x = n->x;
-    if (st == NB_OK && channels_last && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST)))
-        st = nb_last_status();
-    nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, x) : NULL, *y = n->y;
-    if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
-        int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};
-        out = nb_reshape(out, flat, 2);
-        y = nb_reshape(n->y, fy, 1);
-    }
-    nb_tensor *loss = out && y ? nb_cross_entropy(out, y, NULL) : NULL;
-    if (st == NB_OK && !loss) st = nb_last_status();
-    if (st == NB_OK) st = nb_backward(loss, NULL, 0);
-    if (st == NB_OK && s->clip > 0) st = nb_clip_grad_norm_(n->params, n->n_params, s->clip, 2.0, NULL);
-    if (st == NB_OK) st = nb_optim_step(n->opt);
+    nb_tensor *loss = NULL;
+    if (st == NB_OK) st = train_step(n, n->x, n->y, channels_last, &loss);
     if (st == NB_OK) st = nb_item(loss, loss_out);
     if (st == NB_OK) st = nb_device_synchronize(dev);
     nb_scope_end(sc);
     return st;
 }
+
+/* --cuda-graph on: one timed unit is the batch copied into the captured step's static inputs
+ * (the loader's next one with --data real, else the synthetic batch again, as a real loop and
+ * torch_bench.py copy), one replay, the loss read. */
+static nb_status replay(bench_net *n, nb_device dev, double *loss_out)
+{
+    nb_status st = n->loader ? next_batch(n) : NB_OK;
+    if (st == NB_OK) st = nb_copy_(n->gx, n->x);
+    if (st == NB_OK) st = nb_copy_(n->gy, n->y);
+    if (st == NB_OK) st = nb_cuda_graph_replay(n->graph);
+    if (st == NB_OK) st = nb_item(n->gloss, loss_out);
+    if (st == NB_OK) st = nb_device_synchronize(dev);
+    return st;
+}
+
+/* Captures one training step as a CUDA graph, after an eager step on the graph's own stream (its
+ * libraries' lazy set-up happens outside the capture, as PyTorch's recipe warms up on a side
+ * stream). On failure writes the reason to err. */
+static nb_status capture(bench_net *n, const bench *b, char *err, size_t cap)
+{
+    const bench_spec *s = n->s;
+    const char *why = b->dev.type != NB_DEVICE_CUDA ? "cuda graphs need a CUDA device"
+                      : b->step_in_backward         ? "--cuda-graph on and --step-in-backward on are not supported together"
+                      : is_lstm(s) ? "the LSTM carries its hidden state across steps inside the model, which a replay "
+                                     "would not carry (not supported yet)"
+                                   : NULL;
+    if (why) {
+        snprintf(err, cap, "%s", why);
+        return NB_ERR_UNSUPPORTED;
+    }
+    double loss = 0;
+    nb_status st = (n->graph = nb_cuda_graph_create(b->dev.index)) ? NB_OK : nb_last_status();
+    nb_stream *prev = st == NB_OK ? nb_cuda_set_stream(nb_cuda_graph_stream(n->graph)) : NULL;
+    if (st == NB_OK) st = iterate(n, b->dev, b->channels_last, &loss);
+    if (prev) nb_cuda_set_stream(prev);
+    n->gx = st == NB_OK ? nb_clone(n->x) : NULL; /* owned: no scope is open here */
+    n->gy = n->gx ? nb_clone(n->y) : NULL;
+    if (st == NB_OK && !n->gy) st = nb_last_status();
+    if (st == NB_OK) st = nb_optim_zero_grad(n->opt);
+    if (st == NB_OK) st = nb_cuda_graph_capture_begin(n->graph);
+    if (st == NB_OK) {
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *l = NULL;
+        nb_status cs = sc ? train_step(n, n->gx, n->gy, b->channels_last, &l) : nb_last_status();
+        n->gloss = cs == NB_OK ? nb_tensor_retain(l) : NULL;
+        nb_scope_end(sc);
+        st = nb_cuda_graph_capture_end(n->graph); /* reports cs's error too: it spoilt the capture */
+        if (st == NB_OK) st = cs;
+    }
+    if (st != NB_OK) snprintf(err, cap, "%s", nb_last_error());
+    return st;
+}
+
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -455,18 +536,26 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     if (extra > 0 && st == NB_OK)
         fprintf(stderr, "nabla bench: %s, %d thread%s: %lld more warm-up iteration%s while the CPU tuners timed\n",
                 n->s->name, threads, threads == 1 ? "" : "s", (long long)extra, extra == 1 ? "" : "s");
+    char gerr[256] = "";
+    bool graph = b->cuda_graph && !is_gemm(n->s);
+    if (st == NB_OK && graph && !n->graph && capture(n, b, gerr, sizeof gerr) != NB_OK) {
+        snprintf(g_err, sizeof g_err, "%s", gerr);
+        st = NB_ERR_UNSUPPORTED;
+    }
     /* on a GPU, CUDA events bracket each iteration on the current stream: the time the device
      * took from the first queued kernel to the last, host gaps between launches included */
     bool gpu = b->dev.type == NB_DEVICE_CUDA;
     nb_event *e0 = NULL, *e1 = NULL;
     if (st == NB_OK && gpu && (!(e0 = nb_cuda_event_create(true)) || !(e1 = nb_cuda_event_create(true))))
         st = nb_last_status();
+    /* the allocator's peak over the timed iterations only (model building and warm-up excluded) */
+    if (st == NB_OK) st = nb_memory_reset_peak_stats(b->dev);
     if (st == NB_OK && b->o.profile)
         st = nb_profiler_start(b->profile);
     for (int64_t i = 0; st == NB_OK && i < iters; i++) {
         double t0 = cli_now();
         if (gpu) st = nb_cuda_event_record(e0, NULL);
-        if (st == NB_OK) st = iterate(n, b->dev, b->channels_last, &r->loss);
+        if (st == NB_OK) st = graph ? replay(n, b->dev, &r->loss) : iterate(n, b->dev, b->channels_last, &r->loss);
         if (st == NB_OK && gpu) st = nb_cuda_event_record(e1, NULL);
         if (st == NB_OK && gpu) st = nb_cuda_event_synchronize(e1);
         float ms = 0;
@@ -475,6 +564,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     }
     nb_cuda_event_free(e0);
     nb_cuda_event_free(e1);
+    if (st == NB_OK && graph) st = nb_cuda_graph_check(n->graph); /* a bad index met by a replay */
     if (b->o.profile) {
         nb_profiler_stop();
         fprintf(stderr, "\n%s, %d thread%s, %lld timed iterations (--profile %s):\n", n->s->name, threads,
@@ -536,6 +626,7 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
     json_str("conv_algo", nb_conv_algo_name(nb_get_conv_algo()));
     printf("\"step_in_backward\": %s, ", b->step_in_backward ? "true" : "false");
+    printf("\"cuda_graph\": %s, ", b->cuda_graph ? "true" : "false");
     printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
            (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);
     printf("\"warmup_added\": %lld, ", (long long)r->warmup_added);
@@ -645,7 +736,7 @@ int cmd_bench(int argc, char **argv)
     if (!b) return cli_fail(CLI_RUNTIME, "bench: out of memory");
     int rc = cli_parse(argc, argv, 2, "bench",
                        "--model --device --threads --batch-size --warmup --iters --format --seed --data --data-dir "
-                       "--profile --memory-format --conv-algo --step-in-backward",
+                       "--profile --memory-format --conv-algo --step-in-backward --cuda-graph",
                        &b->o);
     if (rc == CLI_OK) rc = setup(b);
     if (rc == CLI_OK) {

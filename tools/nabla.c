@@ -24,14 +24,15 @@ static const char *const usage_text =
     "  bench [--model a,b,...] [--device cpu|cuda[:N]|auto] [--threads 1,2,...] [--batch-size N]\n"
     "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N] [--data synthetic|real]\n"
     "        [--data-dir DIR] [--profile host|sync] [--memory-format contiguous|channels_last]\n"
-    "        [--conv-algo auto|direct|winograd] [--step-in-backward on|off]\n"
+    "        [--conv-algo auto|direct|winograd] [--step-in-backward on|off] [--cuda-graph on|off]\n"
     "        (real: Fashion-MNIST for fcn-r and cnn, CIFAR-10 in DIR for alexnet-r, resnet-56 and\n"
     "        resnet20; --profile: after each network, its time per op over the timed iterations\n"
     "        on stderr; sync waits for the GPU after each op; channels_last: the image batch is\n"
     "        converted in each step, and the CPU's layers keep that layout; --conv-algo: the CPU\n"
     "        convolutions' algorithm, auto = Winograd F(4x4,3x3) where it is faster;\n"
     "        --step-in-backward on: each parameter's update runs in backward, as soon as its\n"
-    "        gradient is whole, not in a separate step (nb_optim_step_in_backward))\n"
+    "        gradient is whole, not in a separate step (nb_optim_step_in_backward);\n"
+    "        --cuda-graph on: on a GPU, the step is captured once as a CUDA graph and replayed)\n"
     "        times training iterations on synthetic data; models: fcn-s alexnet-s resnet-50 fcn-r\n"
     "        alexnet-r resnet-56 lstm (the default: all seven), cnn, resnet20, sgemm\n";
 
@@ -119,6 +120,7 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
     else if (!strcmp(f, "--memory-format")) o->memory_format = v;
     else if (!strcmp(f, "--conv-algo")) o->conv_algo = v;
     else if (!strcmp(f, "--step-in-backward")) o->step_in_backward = v;
+    else if (!strcmp(f, "--cuda-graph")) o->cuda_graph = v;
     else if (!strcmp(f, "--batch-size")) {
         rc = parse_int(f, v, 1, &o->batch_size);
         o->batch_size_given = true;

@@ -112,6 +112,58 @@ NB_API nb_status nb_cuda_empty_cache(void);
  * is reused only after the work queued on s by then has completed. */
 NB_API nb_status nb_cuda_record_stream(const struct nb_tensor *t, nb_stream *s);
 
+/* ---- CUDA graphs ---------------------------------------------------------------------------- */
+
+/* torch.cuda.CUDAGraph: the work a piece of code queues on one device, captured once and then
+ * replayed with one launch, which removes the host's cost per kernel (a small network's training
+ * step is hundreds of launches).
+ *
+ *   g = nb_cuda_graph_create(0);
+ *   (warm up: run the step a few times eagerly, on nb_cuda_graph_stream(g) at least once, so
+ *    that libraries' lazy set-up, cuDNN's algorithm search and optimizer state happen outside)
+ *   nb_optim_zero_grad(opt);
+ *   nb_cuda_graph_capture_begin(g);
+ *   loss = step(static_x, static_y);          (forward, loss, backward, optimizer step)
+ *   nb_cuda_graph_capture_end(g);
+ *   for each batch: nb_copy_(static_x, x); nb_copy_(static_y, y); nb_cuda_graph_replay(g);
+ *                   nb_item(loss, &v);        (the loss tensor made in the capture)
+ *
+ * begin waits for the device, then makes the graph's own stream the thread's current stream of
+ * the device until end: the ops run nothing, they are recorded. Replays run on the current
+ * stream at the time of the call and read and write the same memory the capture used: tensors
+ * made during the capture (activations, gradients, the loss) live in a memory pool kept for the
+ * graph until nb_cuda_graph_free, and a replay updates the ones still alive; tensors made before
+ * (parameters, optimizer state, static inputs) must stay alive, at the same place, while the
+ * graph is replayed. Every value fixed at capture stays fixed: shapes, the learning rate and other
+ * hyperparameters, scalars.
+ *
+ * What cannot be captured fails with NB_ERR_UNSUPPORTED naming the op and "capturing a CUDA
+ * graph", and spoils the capture (end then fails with that message): reading values to the host
+ * (nb_item, nb_tensor_read, nb_to the CPU), copies from pageable host memory, synchronizing,
+ * random numbers (dropout), an optimizer step other than SGD's, and SGD's first step with
+ * momentum. Losses with class-index targets take a device-side path while capturing. Index ops
+ * (gather, index_select: embeddings) cannot report a bad index at the call: a replay skips it,
+ * and nb_cuda_graph_check (or the next replay, once the previous one has completed) reports it,
+ * naming the op, the value and the size. */
+typedef struct nb_cuda_graph nb_cuda_graph;
+
+/* A graph for device index (-1: current), with its capture stream. */
+NB_API nb_cuda_graph *nb_cuda_graph_create(int index);
+/* The stream the capture runs on (for the warm-up). */
+NB_API nb_stream *nb_cuda_graph_stream(nb_cuda_graph *g);
+NB_API nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g);
+NB_API nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g);
+/* Queues the captured work on the current stream of the graph's device; returns at once. */
+NB_API nb_status nb_cuda_graph_replay(nb_cuda_graph *g);
+/* Waits for the last replay and reports a bad index it met (NB_ERR_INVALID_ARG). */
+NB_API nb_status nb_cuda_graph_check(nb_cuda_graph *g);
+/* Waits for the last replay, then frees the graph and its memory pool (tensors made in the
+ * capture and still alive keep their memory until they are freed). */
+NB_API void nb_cuda_graph_free(nb_cuda_graph *g);
+/* torch.cuda.is_current_stream_capturing: whether the calling thread is capturing device index
+ * (-1: current). */
+NB_API bool nb_cuda_is_capturing(int index);
+
 /* ---- pinned host memory and non-blocking copies ------------------------------------------ */
 
 /* Tensor.pin_memory(): a copy of CPU tensor t (contiguous, same dtype and values) in page-locked

@@ -62,6 +62,15 @@ nb_status nb_cuda_record_stream(const nb_tensor *t, nb_stream *s)
     return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_record_stream"));
 }
 
+nb_cuda_graph *nb_cuda_graph_create(int index) { return nb__err_null(NB_ERR_DEVICE, NOT_BUILT("cuda_graph_create")); }
+nb_stream *nb_cuda_graph_stream(nb_cuda_graph *g) { return NULL; }
+nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_graph_capture_begin")); }
+nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_graph_capture_end")); }
+nb_status nb_cuda_graph_replay(nb_cuda_graph *g) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_graph_replay")); }
+nb_status nb_cuda_graph_check(nb_cuda_graph *g) { return nb__err(NB_ERR_DEVICE, NOT_BUILT("cuda_graph_check")); }
+void nb_cuda_graph_free(nb_cuda_graph *g) { (void)g; }
+bool nb_cuda_is_capturing(int index) { return false; }
+
 /* No pinned memory: nb_tensor_pin_memory fails with this error, nb_tensor_is_pinned is false
  * and nb_to_non_blocking is nb_to (src/core/copyops.c, tensor.c). */
 const nb_host_mem *nb__pinned_mem(const char *op) { return nb__err_null(NB_ERR_DEVICE, NOT_BUILT(op)); }

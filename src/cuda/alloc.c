@@ -18,9 +18,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *raw_alloc(void *ctx, size_t n)
 {
     dev_ctx *d = ctx;
-    void *p = NULL;
     int prev = nb__cuda_enter(d->index);
-    cudaError_t e = cudaMalloc(&p, n);
+    cudaError_t e = cudaSuccess;
+    void *p = nb__cuda_relaxed_malloc(n, &e); /* a graph capture may be running */
     nb__cuda_leave(prev);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -89,6 +89,8 @@ static nb_devpool *pool_of(int index)
     pthread_mutex_unlock(&g_lock);
     return p;
 }
+
+nb_devpool *nb__cuda_pool(int index) { return pool_of(index); }
 
 void *nb__cuda_alloc(int index, size_t nbytes)
 {

@@ -34,6 +34,9 @@ static nb_status copy_sync(int index, void *dst, const void *src, size_t n, enum
                            const char *what)
 {
     if (!n) return NB_OK;
+    if (nb__cuda_capturing(index))
+        return nb__cuda_capture_refuse(index, what, "a copy with pageable host memory must wait for the device "
+                                       "(copy outside the capture, into a tensor the graph reads)");
     int prev = nb__cuda_enter(index);
     cudaStream_t s = nb__cuda_stream(index)->handle;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, s);
@@ -53,6 +56,8 @@ static nb_status cuda_from_host(int index, void *dst, const void *src, size_t n)
 }
 
 static nb_status cuda_sync(int index) { return nb_cuda_synchronize(index); }
+
+static bool cuda_capturing(int index) { return nb__cuda_capturing(index); }
 
 #define none NULL
 #define copy nb_cuda_k_copy
@@ -87,6 +92,7 @@ const nb_backend nb__cuda_backend = {
     .memory_stats = nb__cuda_memory_stats,
     .reset_peak_stats = nb__cuda_reset_peak_stats,
     .fused_optim = nb__cuda_fused_optim,
+    .is_capturing = cuda_capturing,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,
 #include "core/ops.def"

@@ -38,6 +38,22 @@ nb_stream *nb__cuda_stream(int index);
 int nb__cuda_enter(int index);
 void nb__cuda_leave(int prev);
 
+/* The caching pool of a device (created on first use; NULL with an error when out of memory). */
+nb_devpool *nb__cuda_pool(int index);
+/* CUDA graph capture (src/cuda/graph.c). Whether the calling thread is capturing device index. */
+bool nb__cuda_capturing(int index);
+/* An NB_ERR_UNSUPPORTED error "op: cuda:N is capturing a CUDA graph, and <why>", which also
+ * spoils the capture (capture_end reports it). */
+nb_status nb__cuda_capture_refuse(int index, const char *op, const char *why);
+/* While capturing: n bytes of pinned host memory kept for the graph's life, for a captured copy
+ * from the host (it is read again at every replay). */
+void *nb__cuda_graph_host_buffer(int index, size_t n);
+/* While capturing: the device verdict slot (lowest bad position) of an index check of op over
+ * idx against [0, size) along dim, reported after a replay by nb_cuda_graph_check. */
+unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tensor *idx, int64_t size, int64_t dim);
+/* cudaMalloc in relaxed capture mode (allowed while a capture runs; not captured). */
+void *nb__cuda_relaxed_malloc(size_t n, cudaError_t *err);
+
 /* The caching allocator of a device (created on first use). */
 void *nb__cuda_alloc(int index, size_t nbytes);
 void nb__cuda_free(int index, void *p, size_t nbytes);

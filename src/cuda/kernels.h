@@ -92,6 +92,7 @@ typedef struct nb_cuda_index_args {
     bool idx_1d, idx_i32, sub_out, sub_a;
     int64_t shape[NB_CUDA_MAX_DIMS], st_out[NB_CUDA_MAX_DIMS], st_a[NB_CUDA_MAX_DIMS], st_idx[NB_CUDA_MAX_DIMS];
     int64_t st_last, n;
+    int64_t lim; /* indices outside [0, lim) are skipped (a graph replay checks them afterwards) */
     void *out;
     const void *a, *idx;
     uint64_t bits;

@@ -160,6 +160,8 @@ static nb_status resolve(int *index, const char *what)
 nb_status nb_cuda_synchronize(int index)
 {
     NB_TRY(resolve(&index, "cuda_synchronize"));
+    if (nb__cuda_capturing(index))
+        return nb__cuda_capture_refuse(index, "cuda_synchronize", "the host cannot wait for the device inside it");
     int prev = nb__cuda_enter(index);
     cudaError_t e = cudaDeviceSynchronize();
     nb__cuda_leave(prev);
@@ -231,6 +233,8 @@ int nb_cuda_stream_device(const nb_stream *s) { return s ? s->device : -1; }
 nb_status nb_cuda_stream_synchronize(nb_stream *s)
 {
     if (!s) return nb__err(NB_ERR_INVALID_ARG, "cuda_stream_synchronize: NULL stream");
+    if (nb__cuda_capturing(s->device))
+        return nb__cuda_capture_refuse(s->device, "cuda_stream_synchronize", "the host cannot wait for the device inside it");
     NB_CUDA_TRY(cudaStreamSynchronize(s->handle), "cuda_stream_synchronize");
     return NB_OK;
 }
@@ -295,6 +299,8 @@ nb_status nb_cuda_event_synchronize(nb_event *e)
 {
     if (!e) return nb__err(NB_ERR_INVALID_ARG, "cuda_event_synchronize: NULL event");
     if (!e->recorded) return NB_OK; /* as in CUDA: an event never recorded has nothing to wait for */
+    if (nb__cuda_capturing(e->device))
+        return nb__cuda_capture_refuse(e->device, "cuda_event_synchronize", "the host cannot wait for the device inside it");
     NB_CUDA_TRY(cudaEventSynchronize(e->handle), "cuda_event_synchronize");
     return NB_OK;
 }

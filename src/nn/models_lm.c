@@ -2,9 +2,11 @@
  * decoder (Linear), the names of bench/dlbench/torch_lm.py's LSTMLM. In stateful mode the module
  * keeps its own references to the last forward's detached final states (h, c), outside the
  * parameter and buffer lists (torch keeps them outside the state_dict too), and starts the next
- * forward from them. */
+ * forward from them. A stateful forward refuses to run inside a CUDA graph capture: the carried
+ * state would be the capture's, not the previous replay's. */
 #include <stdlib.h>
 
+#include "core/dispatch_impl.h"
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
 #include "nabla/autograd.h"
@@ -73,6 +75,9 @@ static nb_tensor *lm_forward(nb_module *self, nb_tensor *tokens)
     nb_tensor *emb = nb_module_forward(nb_module_get_module(self, "encoder"), tokens);
     if (!emb) return NULL;
     nb_tensor *h0, *c0, *hn = NULL, *cn = NULL;
+    if (u->stateful && nb__device_capturing(nb_tensor_device(emb)))
+        return nb__err_null(NB_ERR_UNSUPPORTED, "LSTMLM: a stateful model cannot be captured in a CUDA graph (a replay "
+                            "would start from the capture's state, not the previous replay's); set stateful off");
     if (carried(u, emb, nb_tensor_shape(tokens)[0], &h0, &c0) != NB_OK) return NULL;
     nb_tensor *out = nb_lstm_module_forward(nb_module_get_module(self, "rnn"), emb, h0, c0, u->stateful ? &hn : NULL,
                                             u->stateful ? &cn : NULL);

@@ -14,9 +14,15 @@ static nb_status check_range(nb_op op, const nb_tensor *idx, int64_t size, int64
                        nb_dtype_name(idx->dtype));
     int64_t n = nb_tensor_numel(idx);
     if (n == 0) return NB_OK;
+    nb_cuda_desc d = nb__cuda_desc(idx, idx);
+    if (nb__cuda_capturing(dev)) { /* the verdict is read after a replay (nb_cuda_graph_check) */
+        unsigned long long *slot = nb__cuda_graph_check_slot(dev, op, idx, size, dim);
+        if (!slot) return nb_last_status();
+        cudaError_t e = nb_cuda_launch_index_check(&d, n, size, slot, s);
+        return e == cudaSuccess ? NB_OK : nb__cuda_err(e, nb__op_name(op));
+    }
     unsigned long long *bad = nb__cuda_alloc(dev, sizeof *bad), host_bad = ~0ULL;
     if (!bad) return nb_last_status();
-    nb_cuda_desc d = nb__cuda_desc(idx, idx);
     cudaError_t e = cudaMemcpyAsync(bad, &host_bad, sizeof host_bad, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = nb_cuda_launch_index_check(&d, n, size, bad, s);
     if (e == cudaSuccess) e = cudaMemcpyAsync(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost, s);
@@ -63,24 +69,28 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
     switch (op) {
     case NB_OP_INDEX_SELECT:
         src = a->in[0], idx = a->in[1], shape_of = out;
-        NB_TRY(check_range(op, idx, src->shape[dim], dim, dev, s));
+        x.lim = src->shape[dim];
+        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
         x.idx_1d = x.sub_a = true;
         break;
     case NB_OP_INDEX_ADD:
         idx = a->in[0], src = a->in[1], shape_of = src;
-        NB_TRY(check_range(op, idx, out->shape[dim], dim, dev, s));
+        x.lim = out->shape[dim];
+        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
         x.idx_1d = x.sub_out = true;
         break;
     case NB_OP_GATHER:
         src = a->in[0], idx = a->in[1], shape_of = idx;
-        NB_TRY(check_range(op, idx, src->shape[dim], dim, dev, s));
+        x.lim = src->shape[dim];
+        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
         x.sub_a = true;
         break;
     case NB_OP_SCATTER:
     case NB_OP_SCATTER_ADD:
         idx = a->in[0], src = a->in[1], shape_of = idx;
         if (!src && op == NB_OP_SCATTER_ADD) return nb__err(NB_ERR_INVALID_ARG, "scatter_add: no source tensor");
-        NB_TRY(check_range(op, idx, out->shape[dim], dim, dev, s));
+        x.lim = out->shape[dim];
+        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
         if (!src) {
             x.mode = NB_CUDA_INDEX_VALUE;
             NB_TRY(nb__value_bits(op, out->dtype, a->s0, &x.bits));
@@ -99,6 +109,7 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
     case NB_OP_ONE_HOT: {
         idx = a->in[0], shape_of = idx;
         int64_t classes = out->shape[out->ndim - 1];
+        x.lim = classes;
         NB_TRY(check_range(op, idx, classes, 0, dev, s));
         nb_cuda_desc o = nb__cuda_desc(out, out);
         cudaError_t e = nb_cuda_launch_fill(&o, 0, nb_tensor_numel(out), s);

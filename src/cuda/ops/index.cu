@@ -56,6 +56,7 @@ template <typename E, bool ADD> __global__ void index_kernel(nb_cuda_index_args 
             continue;
         }
         int64_t v = read_idx(a.idx, io, a.idx_i32);
+        if (v < 0 || v >= a.lim) continue; // checked by the caller, or after a graph replay
         for (int k = 0; k < a.ndim; k++) {
             oo += (k == a.dim && a.sub_out ? v : p[k]) * a.st_out[k];
             ao += (k == a.dim && a.sub_a ? v : p[k]) * a.st_a[k];

@@ -1,0 +1,333 @@
+/* CUDA graphs (nabla/cuda.h, torch.cuda.CUDAGraph): a stream capture of the calling thread's work
+ * on one device, instantiated once and replayed with one launch.
+ *
+ * - The capture runs on the graph's own non-blocking stream, made the thread's current stream of
+ *   the device between begin and end, in CUDA's thread-local capture mode (the loader's threads
+ *   may go on copying).
+ * - Memory: every allocation of the capture comes from a private pool of the device's caching
+ *   allocator (nb__devpool_private_begin), kept until the graph is freed, so that replays find
+ *   their buffers where the capture put them and no other tensor is given that memory.
+ * - What cannot be captured fails with an error that names the op (reading values back, pageable
+ *   copies, waiting for the device, random numbers, an optimizer step whose scalars change every
+ *   step); the capture is then spoilt and capture_end reports the first such error.
+ * - Index checks cannot read their verdict back while capturing: each checking op gets a slot in
+ *   the graph's device array of verdicts, which a captured memset clears at the start of every
+ *   replay and a captured copy brings to pinned host memory at its end; nb_cuda_graph_check (and
+ *   the next replay, once the previous one is done) reports a bad index with the op, the value
+ *   and the size, as the eager check does. The index kernels skip an index out of range. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor_impl.h"
+#include "cuda/cuda_impl.h"
+
+enum { MAX_CHECKS = 256 };
+
+typedef struct graph_check {
+    nb_op op;
+    int64_t size, dim;
+    /* where the index tensor's values are, to read the bad one for the message */
+    const char *idx;
+    int es, ndim;
+    int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
+} graph_check;
+
+struct nb_cuda_graph {
+    int device;
+    nb_stream *stream;
+    nb_stream *prev_stream; /* the thread's current stream before begin */
+    int pool_id;            /* the private pool; 0 when none */
+    bool capturing, captured, spoilt;
+    char spoilt_msg[512];
+    nb_status spoilt_status;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaEvent_t done; /* recorded after each replay */
+    bool replayed;
+    /* index checks: device verdicts (lowest bad position, ~0 none), their pinned host copy */
+    unsigned long long *slots, *host_slots;
+    graph_check checks[MAX_CHECKS];
+    int n_checks;
+    /* pinned host buffers that captured copies read at every replay */
+    void **keep;
+    int n_keep, cap_keep;
+};
+
+static _Thread_local nb_cuda_graph *t_capture[NB_CUDA_MAX_DEVICES];
+
+/* Runs a call that CUDA calls "potentially unsafe" during capture (cudaMalloc, cudaHostAlloc,
+ * cudaFree...) in relaxed mode, as PyTorch's allocator does: such calls are not captured, and the
+ * capture does not depend on them being replayed. */
+typedef struct relaxed {
+    enum cudaStreamCaptureMode mode;
+} relaxed;
+
+static relaxed relax(void)
+{
+    relaxed r = {cudaStreamCaptureModeRelaxed};
+    if (cudaThreadExchangeStreamCaptureMode(&r.mode) != cudaSuccess) (void)cudaGetLastError();
+    return r;
+}
+
+static void unrelax(relaxed r)
+{
+    if (cudaThreadExchangeStreamCaptureMode(&r.mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void *nb__cuda_relaxed_malloc(size_t n, cudaError_t *err)
+{
+    void *p = NULL;
+    relaxed r = relax();
+    *err = cudaMalloc(&p, n);
+    unrelax(r);
+    return *err == cudaSuccess ? p : NULL;
+}
+
+bool nb__cuda_capturing(int index)
+{
+    return index >= 0 && index < NB_CUDA_MAX_DEVICES && t_capture[index] != NULL;
+}
+
+bool nb_cuda_is_capturing(int index)
+{
+    if (index == -1) index = nb_cuda_current_device();
+    return nb__cuda_capturing(index);
+}
+
+nb_status nb__cuda_capture_refuse(int index, const char *op, const char *why)
+{
+    nb_cuda_graph *g = nb__cuda_capturing(index) ? t_capture[index] : NULL;
+    nb_status st = nb__err(NB_ERR_UNSUPPORTED, "%s: cuda:%d is capturing a CUDA graph, and %s", op, index, why);
+    if (g && !g->spoilt) {
+        g->spoilt = true;
+        g->spoilt_status = st;
+        snprintf(g->spoilt_msg, sizeof g->spoilt_msg, "%s", nb_last_error());
+    }
+    return st;
+}
+
+void *nb__cuda_graph_host_buffer(int index, size_t n)
+{
+    nb_cuda_graph *g = t_capture[index];
+    if (!g) return nb__err_null(NB_ERR_INTERNAL, "graph host buffer: cuda:%d is not capturing", index);
+    if (g->n_keep == g->cap_keep) {
+        int cap = g->cap_keep ? 2 * g->cap_keep : 16;
+        void **k = realloc(g->keep, (size_t)cap * sizeof *k);
+        if (!k) return nb__err_null(NB_ERR_OOM, "CUDA graph capture: out of host memory");
+        g->keep = k;
+        g->cap_keep = cap;
+    }
+    void *p = NULL;
+    relaxed r = relax();
+    cudaError_t e = cudaHostAlloc(&p, n ? n : 1, cudaHostAllocDefault);
+    unrelax(r);
+    if (e != cudaSuccess) {
+        nb__cuda_err(e, "CUDA graph capture: pinned host memory");
+        return NULL;
+    }
+    g->keep[g->n_keep++] = p;
+    return p;
+}
+
+unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tensor *idx, int64_t size, int64_t dim)
+{
+    nb_cuda_graph *g = t_capture[index];
+    if (!g) return nb__err_null(NB_ERR_INTERNAL, "graph check slot: cuda:%d is not capturing", index);
+    if (g->n_checks == MAX_CHECKS) {
+        nb__cuda_capture_refuse(index, nb__op_name(op), "the graph already has the most index checks it can hold");
+        return NULL;
+    }
+    graph_check *c = &g->checks[g->n_checks];
+    *c = (graph_check){.op = op, .size = size, .dim = dim, .idx = nb__data(idx), .es = (int)nb_dtype_size(idx->dtype),
+                       .ndim = idx->ndim};
+    memcpy(c->shape, idx->shape, (size_t)idx->ndim * sizeof *c->shape);
+    memcpy(c->strides, idx->strides, (size_t)idx->ndim * sizeof *c->strides);
+    return &g->slots[g->n_checks++];
+}
+
+/* ---- the graph's life ------------------------------------------------------------------------ */
+
+nb_cuda_graph *nb_cuda_graph_create(int index)
+{
+    if (index == -1) index = nb_cuda_current_device();
+    if (nb__cuda_check_index(index, "cuda_graph_create") != NB_OK) return NULL;
+    nb_cuda_graph *g = calloc(1, sizeof *g);
+    if (!g) return nb__err_null(NB_ERR_OOM, "cuda_graph_create: out of host memory");
+    g->device = index;
+    g->stream = nb_cuda_stream_create(index);
+    int prev = nb__cuda_enter(index);
+    cudaError_t e = g->stream ? cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) : cudaSuccess;
+    if (g->stream && e == cudaSuccess) e = cudaMalloc((void **)&g->slots, MAX_CHECKS * sizeof *g->slots);
+    if (g->stream && e == cudaSuccess) e = cudaHostAlloc((void **)&g->host_slots, MAX_CHECKS * sizeof *g->host_slots, 0);
+    nb__cuda_leave(prev);
+    if (!g->stream || e != cudaSuccess) {
+        if (e != cudaSuccess) nb__cuda_err(e, "cuda_graph_create");
+        nb_cuda_graph_free(g);
+        return NULL;
+    }
+    memset(g->host_slots, 0xff, MAX_CHECKS * sizeof *g->host_slots);
+    return g;
+}
+
+nb_stream *nb_cuda_graph_stream(nb_cuda_graph *g) { return g ? g->stream : NULL; }
+
+nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g)
+{
+    const char *op = "cuda_graph_capture_begin";
+    if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
+    if (g->capturing || g->captured)
+        return nb__err(NB_ERR_INVALID_ARG, "%s: the graph was already %s (make a new one)", op,
+                       g->capturing ? "being captured" : "captured");
+    int d = g->device;
+    if (t_capture[d])
+        return nb__err(NB_ERR_INVALID_ARG, "%s: this thread is already capturing another graph on cuda:%d", op, d);
+    /* earlier work on every stream completes first, as torch.cuda.graph does */
+    NB_TRY(nb_cuda_synchronize(d));
+    nb_devpool *pool = nb__cuda_pool(d);
+    if (!pool) return nb_last_status();
+    g->pool_id = nb__devpool_private_begin(pool, g->stream->handle);
+    if (!g->pool_id) return nb_last_status();
+    int prev = nb__cuda_enter(d);
+    cudaError_t e = cudaStreamBeginCapture(g->stream->handle, cudaStreamCaptureModeThreadLocal);
+    /* every replay starts with no bad index found */
+    if (e == cudaSuccess) e = cudaMemsetAsync(g->slots, 0xff, MAX_CHECKS * sizeof *g->slots, g->stream->handle);
+    nb__cuda_leave(prev);
+    if (e != cudaSuccess) {
+        cudaGraph_t dropped = NULL;
+        if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+        (void)cudaGetLastError();
+        nb__devpool_private_end(pool, g->pool_id);
+        nb__devpool_private_release(pool, g->pool_id);
+        g->pool_id = 0;
+        return nb__cuda_err(e, op);
+    }
+    g->prev_stream = nb_cuda_set_stream(g->stream);
+    g->capturing = true;
+    t_capture[d] = g;
+    return NB_OK;
+}
+
+nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g)
+{
+    const char *op = "cuda_graph_capture_end";
+    if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
+    if (!g->capturing) return nb__err(NB_ERR_INVALID_ARG, "%s: the graph is not being captured", op);
+    if (t_capture[g->device] != g)
+        return nb__err(NB_ERR_INVALID_ARG, "%s: the capture must end on the thread that began it", op);
+    int d = g->device;
+    int prev = nb__cuda_enter(d);
+    cudaStream_t s = g->stream->handle;
+    /* the verdicts of the index checks go to the host at the end of every replay */
+    cudaError_t e = g->n_checks ? cudaMemcpyAsync(g->host_slots, g->slots, (size_t)g->n_checks * sizeof *g->slots,
+                                                  cudaMemcpyDeviceToHost, s)
+                                : cudaSuccess;
+    cudaGraph_t graph = NULL;
+    cudaError_t e2 = cudaStreamEndCapture(s, &graph);
+    if (e == cudaSuccess) e = e2;
+    if (e == cudaSuccess && !g->spoilt) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    nb__cuda_leave(prev);
+    t_capture[d] = NULL;
+    g->capturing = false;
+    if (g->prev_stream) nb_cuda_set_stream(g->prev_stream);
+    nb_devpool *pool = nb__cuda_pool(d);
+    if (pool) nb__devpool_private_end(pool, g->pool_id);
+    g->graph = graph;
+    if (g->spoilt) {
+        nb__err(g->spoilt_status, "%s: the capture failed: %s", op, g->spoilt_msg);
+        return g->spoilt_status;
+    }
+    if (e != cudaSuccess) return nb__cuda_err(e, op);
+    g->captured = true;
+    return NB_OK;
+}
+
+/* Reports the first bad index of the last replay (which has completed). */
+static nb_status report_checks(nb_cuda_graph *g)
+{
+    for (int k = 0; k < g->n_checks; k++) {
+        unsigned long long bad = g->host_slots[k];
+        if (bad == ~0ULL) continue;
+        const graph_check *c = &g->checks[k];
+        int64_t off = 0, r = (int64_t)bad, v = 0;
+        for (int i = c->ndim - 1; i >= 0; i--) {
+            off += (r % c->shape[i]) * c->strides[i];
+            r /= c->shape[i];
+        }
+        int32_t v32 = 0;
+        int prev = nb__cuda_enter(g->device);
+        cudaError_t e = cudaMemcpy(c->es == 4 ? (void *)&v32 : (void *)&v, c->idx + off * c->es, (size_t)c->es,
+                                   cudaMemcpyDeviceToHost);
+        nb__cuda_leave(prev);
+        if (e != cudaSuccess) return nb__cuda_err(e, nb__op_name(c->op));
+        if (c->es == 4) v = v32;
+        memset(g->host_slots, 0xff, MAX_CHECKS * sizeof *g->host_slots);
+        if (c->op == NB_OP_ONE_HOT)
+            return nb__err(NB_ERR_INVALID_ARG, "one_hot (in a CUDA graph replay): index %lld is out of range for "
+                           "num_classes %lld", (long long)v, (long long)c->size);
+        return nb__err(NB_ERR_INVALID_ARG, "%s (in a CUDA graph replay): index %lld is out of range for dim %lld of "
+                       "size %lld", nb__op_name(c->op), (long long)v, (long long)c->dim, (long long)c->size);
+    }
+    return NB_OK;
+}
+
+nb_status nb_cuda_graph_replay(nb_cuda_graph *g)
+{
+    const char *op = "cuda_graph_replay";
+    if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
+    if (!g->captured) return nb__err(NB_ERR_INVALID_ARG, "%s: the graph has not been captured", op);
+    if (nb__cuda_capturing(g->device)) return nb__err(NB_ERR_INVALID_ARG, "%s: cuda:%d is capturing", op, g->device);
+    if (g->replayed && g->n_checks) {
+        cudaError_t q = cudaEventQuery(g->done);
+        if (q == cudaSuccess) NB_TRY(report_checks(g));
+        else if (q != cudaErrorNotReady) return nb__cuda_err(q, op);
+    }
+    int prev = nb__cuda_enter(g->device);
+    cudaStream_t s = nb__cuda_stream(g->device)->handle;
+    cudaError_t e = cudaGraphLaunch(g->exec, s);
+    if (e == cudaSuccess) e = cudaEventRecord(g->done, s);
+    nb__cuda_leave(prev);
+    if (e != cudaSuccess) return nb__cuda_err(e, op);
+    g->replayed = true;
+    return NB_OK;
+}
+
+nb_status nb_cuda_graph_check(nb_cuda_graph *g)
+{
+    const char *op = "cuda_graph_check";
+    if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
+    if (!g->replayed) return NB_OK;
+    NB_CUDA_TRY(cudaEventSynchronize(g->done), op);
+    return report_checks(g);
+}
+
+void nb_cuda_graph_free(nb_cuda_graph *g)
+{
+    if (!g) return;
+    int d = g->device;
+    if (g->capturing) { /* abandoned mid-capture: end it, keep nothing */
+        cudaGraph_t dropped = NULL;
+        if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+        (void)cudaGetLastError();
+        t_capture[d] = NULL;
+        if (g->prev_stream) nb_cuda_set_stream(g->prev_stream);
+        nb_devpool *pool = nb__cuda_pool(d);
+        if (pool) nb__devpool_private_end(pool, g->pool_id);
+    }
+    int prev = nb__cuda_enter(d);
+    if (g->replayed && cudaEventSynchronize(g->done) != cudaSuccess) (void)cudaGetLastError();
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->graph) cudaGraphDestroy(g->graph);
+    if (g->done) cudaEventDestroy(g->done);
+    if (g->slots) cudaFree(g->slots);
+    if (g->host_slots) cudaFreeHost(g->host_slots);
+    for (int i = 0; i < g->n_keep; i++) cudaFreeHost(g->keep[i]);
+    (void)cudaGetLastError();
+    nb__cuda_leave(prev);
+    free(g->keep);
+    if (g->pool_id) {
+        nb_devpool *pool = nb__cuda_pool(d);
+        if (pool && nb__devpool_private_release(pool, g->pool_id) != NB_OK) nb_clear_error();
+    }
+    nb_cuda_stream_free(g->stream);
+    free(g);
+}

@@ -1,0 +1,264 @@
+/* CUDA graphs (nb_cuda_graph_*): a captured training step (embedding, linear layers, cross
+ * entropy, SGD with momentum) replayed on new batches gives the parameters and losses of the same
+ * steps run eagerly; an index out of range met by a replay is reported by nb_cuda_graph_check with
+ * the op and the value, and the replay writes nothing out of bounds; what cannot be captured
+ * (reading back, random numbers, Adam, SGD's first momentum step) fails naming the op and spoils
+ * the capture; the graph's memory is returned when it is freed. Exits 77 (ctest: Skipped)
+ * without a GPU. */
+#include <math.h>
+#include <stdio.h>
+
+#include "nbtest.h"
+#include "nabla/cuda.h"
+
+enum { B = 16, V = 50, E = 12, H = 24, C = 5, STEPS = 4, NP = 5 };
+
+typedef struct net {
+    nb_tensor *p[NP]; /* embedding [V, E], W1 [H, E], b1 [H], W2 [C, H], b2 [C] */
+} net;
+
+static void make_net(net *n, const net *like)
+{
+    const int64_t shapes[NP][2] = {{V, E}, {H, E}, {H, 0}, {C, H}, {C, 0}};
+    for (int i = 0; i < NP; i++) {
+        int nd = shapes[i][1] ? 2 : 1;
+        nb_tensor *t = like ? nb_clone(like->p[i])
+                            : nbt_to_cuda(NBT_CHECK(nb_mul_scalar(NBT_CHECK(nb_randn(shapes[i], nd, NULL)), 0.3)));
+        n->p[i] = nb_tensor_retain(NBT_CHECK(nb_detach(NBT_CHECK(t))));
+        NBT_OK(nb_tensor_set_requires_grad(n->p[i], true));
+    }
+}
+
+static void free_net(net *n)
+{
+    for (int i = 0; i < NP; i++) nb_tensor_free(n->p[i]);
+}
+
+/* tokens [B, 3] -> mean of their embeddings -> linear, relu, linear -> cross entropy with y [B] */
+static nb_tensor *loss_of(const net *n, const nb_tensor *tok, const nb_tensor *y)
+{
+    int64_t flat[1] = {-1}, back[3] = {B, 3, E};
+    nb_tensor *e = nb_embedding(n->p[0], NBT_CHECK(nb_reshape(tok, flat, 1)));
+    e = e ? nb_reshape(e, back, 3) : NULL;
+    e = e ? nb_mean(e, (int64_t[]){1}, 1, false) : NULL;
+    nb_tensor *h = e ? nb_relu(nb_linear(e, n->p[1], n->p[2])) : NULL;
+    nb_tensor *o = h ? nb_linear(h, n->p[3], n->p[4]) : NULL;
+    return o ? nb_cross_entropy(o, y, NULL) : NULL;
+}
+
+static nb_status step(const net *n, nb_optim *opt, const nb_tensor *tok, const nb_tensor *y, nb_tensor **loss)
+{
+    nb_status st = nb_optim_zero_grad(opt);
+    *loss = st == NB_OK ? loss_of(n, tok, y) : NULL;
+    if (st == NB_OK && !*loss) st = nb_last_status();
+    if (st == NB_OK) st = nb_backward(*loss, NULL, 0);
+    return st == NB_OK ? nb_optim_step(opt) : st;
+}
+
+static nb_optim *sgd(const net *n)
+{
+    nb_sgd_params s = nb_sgd_params_default();
+    s.lr = 0.1, s.momentum = 0.9, s.weight_decay = 1e-3, s.nesterov = true;
+    return NBT_CHECK(nb_optim_sgd(n->p, NP, &s));
+}
+
+static void test_train_step(void **state)
+{
+    (void)state;
+    nb_manual_seed(7);
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *tok[STEPS + 1], *y[STEPS + 1];
+    nb_tensor_params ip = nb_tensor_params_default();
+    ip.dtype = NB_INT64;
+    for (int k = 0; k <= STEPS; k++) {
+        tok[k] = nbt_to_cuda(NBT_CHECK(nb_randint(0, V, (int64_t[]){B, 3}, 2, &ip)));
+        y[k] = nbt_to_cuda(NBT_CHECK(nb_randint(0, C, (int64_t[]){B}, 1, &ip)));
+    }
+    net a, g;
+    make_net(&a, NULL);
+    make_net(&g, &a);
+    nb_optim *oa = sgd(&a), *og = sgd(&g);
+    /* eager: STEPS + 1 steps */
+    double eager_loss[STEPS + 1];
+    for (int k = 0; k <= STEPS; k++) {
+        nb_tensor *l = NULL;
+        NBT_OK(step(&a, oa, tok[k], y[k], &l));
+        NBT_OK(nb_item(l, &eager_loss[k]));
+    }
+    /* graph: the first step eagerly on the graph's stream (makes the momentum buffers), then a
+     * captured step replayed on batches 1..STEPS copied into the static inputs */
+    nb_cuda_graph *cg = NBT_CHECK(nb_cuda_graph_create(0));
+    nb_stream *prev = NBT_CHECK(nb_cuda_set_stream(nb_cuda_graph_stream(cg)));
+    nb_tensor *l0 = NULL;
+    NBT_OK(step(&g, og, tok[0], y[0], &l0));
+    double v = 0;
+    NBT_OK(nb_item(l0, &v));
+    assert_true(fabs(v - eager_loss[0]) <= 1e-6 * fabs(eager_loss[0]));
+    NBT_CHECK(nb_cuda_set_stream(prev));
+    nb_tensor *sx = nb_tensor_retain(NBT_CHECK(nb_clone(tok[0]))), *sy = nb_tensor_retain(NBT_CHECK(nb_clone(y[0])));
+    NBT_OK(nb_optim_zero_grad(og));
+    NBT_OK(nb_cuda_graph_capture_begin(cg));
+    assert_true(nb_cuda_is_capturing(0));
+    nb_scope *cs = nb_scope_begin();
+    nb_tensor *cl = NULL;
+    NBT_OK(step(&g, og, sx, sy, &cl));
+    nb_tensor *gloss = nb_tensor_retain(cl);
+    nb_scope_end(cs);
+    NBT_OK(nb_cuda_graph_capture_end(cg));
+    assert_false(nb_cuda_is_capturing(0));
+    for (int k = 1; k <= STEPS; k++) {
+        NBT_OK(nb_copy_(sx, tok[k]));
+        NBT_OK(nb_copy_(sy, y[k]));
+        NBT_OK(nb_cuda_graph_replay(cg));
+        NBT_OK(nb_item(gloss, &v));
+        if (!(fabs(v - eager_loss[k]) <= 1e-5 * fabs(eager_loss[k]) + 1e-6))
+            fail_msg("replay %d: loss %.9g, eager %.9g", k, v, eager_loss[k]);
+    }
+    NBT_OK(nb_cuda_graph_check(cg));
+    for (int i = 0; i < NP; i++) nbt_assert_close_host(g.p[i], a.p[i], 1e-5, "parameter after the replays");
+    /* the graph's memory pool goes back once the graph and its tensors are freed */
+    nb_tensor_free(gloss);
+    NBT_OK(nb_optim_zero_grad(og));
+    nb_cuda_graph_free(cg);
+    NBT_OK(nb_cuda_synchronize(0));
+    nb_tensor_free(sx);
+    nb_tensor_free(sy);
+    nb_optim_free(oa);
+    nb_optim_free(og);
+    free_net(&a);
+    free_net(&g);
+    nb_scope_end(sc);
+}
+
+/* A bad index in a replay: skipped by the kernel (no write out of bounds), reported afterwards. */
+static void test_bad_index(void **state)
+{
+    (void)state;
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *w = nbt_to_cuda(NBT_CHECK(nb_arange(0, 40, 1, NULL)));
+    int64_t shape[2] = {10, 4};
+    w = NBT_CHECK(nb_reshape(w, shape, 2));
+    nb_tensor_params ip = nb_tensor_params_default();
+    ip.dtype = NB_INT64;
+    int64_t good[3] = {1, 9, 0}, bad[3] = {2, 10, 3}, n3 = 3;
+    nb_tensor *idx = nb_tensor_retain(nbt_to_cuda(NBT_CHECK(nb_tensor_from_data(good, &n3, 1, &ip))));
+    nb_tensor *out = NBT_CHECK(nb_zeros((int64_t[]){3, 4}, 2, &(nb_tensor_params){.dtype = NB_FLOAT32, .device = NBT_CUDA0}));
+    nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_OK(nb_cuda_graph_capture_begin(g));
+    nb_scope *cs = nb_scope_begin();
+    NBT_OK(nb_copy_(out, NBT_CHECK(nb_index_select(w, 0, idx))));
+    nb_scope_end(cs);
+    NBT_OK(nb_cuda_graph_capture_end(g));
+    NBT_OK(nb_cuda_graph_replay(g));
+    NBT_OK(nb_cuda_graph_check(g));
+    float host[12];
+    NBT_OK(nb_tensor_read(out, host, sizeof host));
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++) assert_true(host[r * 4 + c] == (float)(good[r] * 4 + c));
+    NBT_OK(nb_copy_(idx, NBT_CHECK(nb_tensor_from_data(bad, &n3, 1, &ip))));
+    NBT_OK(nb_cuda_graph_replay(g));
+    NBT_FAILS(nb_cuda_graph_check(g) != NB_OK, NB_ERR_INVALID_ARG, "index_select", "CUDA graph replay", "index 10",
+              "size 10", NULL);
+    NBT_OK(nb_tensor_read(out, host, sizeof host));
+    for (int c = 0; c < 4; c++) assert_true(host[c] == (float)(2 * 4 + c) && host[8 + c] == (float)(3 * 4 + c));
+    NBT_OK(nb_cuda_graph_check(g)); /* reported once */
+    nb_cuda_graph_free(g);
+    nb_tensor_free(idx);
+    nb_scope_end(sc);
+}
+
+/* Each op that cannot be captured fails naming itself, and spoils the capture. */
+static void test_refused(void **state)
+{
+    (void)state;
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *x = nbt_to_cuda(NBT_CHECK(nb_ones((int64_t[]){8}, 1, NULL)));
+    for (int which = 0; which < 4; which++) {
+        nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
+        nb_tensor *p = nb_tensor_retain(NBT_CHECK(nb_clone(x)));
+        NBT_OK(nb_tensor_set_requires_grad(p, true));
+        nb_optim *opt = NULL;
+        if (which >= 2) {
+            if (which == 2) {
+                opt = NBT_CHECK(nb_optim_adam(&p, 1, NULL));
+            } else {
+                nb_sgd_params s = nb_sgd_params_default();
+                s.momentum = 0.9;
+                opt = NBT_CHECK(nb_optim_sgd(&p, 1, &s));
+            }
+            NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(p, p)), NULL, 0, false)), NULL, 0));
+        }
+        NBT_OK(nb_cuda_graph_capture_begin(g));
+        nb_scope *cs = nb_scope_begin();
+        double v = 0;
+        const char *op = which == 0 ? "copy to host" : which == 1 ? "rand" : "optim step";
+        nb_status st = which == 0 ? nb_item(x, &v)
+                     : which == 1 ? (nb_rand((int64_t[]){4}, 1, &(nb_tensor_params){.dtype = NB_FLOAT32, .device = NBT_CUDA0})
+                                         ? NB_OK
+                                         : nb_last_status())
+                                  : nb_optim_step(opt);
+        NBT_FAILS(st != NB_OK, NB_ERR_UNSUPPORTED, op, "capturing a CUDA graph", NULL);
+        nb_scope_end(cs);
+        NBT_FAILS(nb_cuda_graph_capture_end(g) != NB_OK, NB_ERR_UNSUPPORTED, "cuda_graph_capture_end", op, NULL);
+        NBT_FAILS(nb_cuda_graph_replay(g) != NB_OK, NB_ERR_INVALID_ARG, "cuda_graph_replay", "not been captured", NULL);
+        assert_false(nb_cuda_is_capturing(0));
+        NBT_OK(nb_item(x, &v)); /* the device goes on after a spoilt capture */
+        assert_true(v == 1);
+        nb_cuda_graph_free(g);
+        nb_optim_free(opt);
+        nb_tensor_free(p);
+    }
+    /* misuse */
+    nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_FAILS(nb_cuda_graph_capture_end(g) != NB_OK, NB_ERR_INVALID_ARG, "not being captured", NULL);
+    NBT_FAILS(nb_cuda_graph_replay(g) != NB_OK, NB_ERR_INVALID_ARG, "not been captured", NULL);
+    NBT_OK(nb_cuda_graph_capture_begin(g));
+    nb_cuda_graph *h = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_FAILS(nb_cuda_graph_capture_begin(h) != NB_OK, NB_ERR_INVALID_ARG, "already capturing", NULL);
+    NBT_OK(nb_cuda_graph_capture_end(g)); /* an empty graph is a graph */
+    NBT_OK(nb_cuda_graph_replay(g));
+    NBT_FAILS(nb_cuda_graph_capture_begin(g) != NB_OK, NB_ERR_INVALID_ARG, "already", NULL);
+    nb_cuda_graph_free(h);
+    nb_cuda_graph_free(g);
+    nb_scope_end(sc);
+}
+
+/* The graph's private pool: memory made in the capture is not given to other tensors while the
+ * graph lives, and is returned when it is freed. */
+static void test_memory(void **state)
+{
+    (void)state;
+    NBT_OK(nb_cuda_synchronize(0));
+    NBT_OK(nb_cuda_empty_cache());
+    nb_memory_stats s0, s1, s2;
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s0));
+    nb_tensor_params cp = {.dtype = NB_FLOAT32, .device = NBT_CUDA0};
+    nb_tensor *x = NBT_CHECK(nb_ones((int64_t[]){1 << 20}, 1, &cp));
+    nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_OK(nb_cuda_graph_capture_begin(g));
+    nb_tensor *y = NBT_CHECK(nb_mul_scalar(x, 2)); /* 4 MiB in the graph's pool, freed in the capture */
+    void *yp = nb_tensor_data_ptr(y);
+    nb_tensor_free(y);
+    NBT_OK(nb_cuda_graph_capture_end(g));
+    nb_tensor *z = NBT_CHECK(nb_empty((int64_t[]){1 << 20}, 1, &cp)); /* not the graph's block */
+    assert_ptr_not_equal(nb_tensor_data_ptr(z), yp);
+    NBT_OK(nb_cuda_graph_replay(g));
+    NBT_OK(nb_cuda_graph_check(g));
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s1));
+    nb_cuda_graph_free(g);
+    nb_tensor_free(z);
+    nb_tensor_free(x);
+    NBT_OK(nb_cuda_empty_cache());
+    NBT_OK(nb_memory_stats_get(NBT_CUDA0, &s2));
+    assert_true(s1.reserved > s0.reserved);
+    assert_int_equal(s2.reserved, s0.reserved);
+    assert_int_equal(s2.allocated, s0.allocated);
+}
+
+int main(void)
+{
+    if (nbt_cuda_missing()) return 77;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_train_step), cmocka_unit_test(test_bad_index),
+                                       cmocka_unit_test(test_refused), cmocka_unit_test(test_memory)};
+    return NBT_RUN(tests);
+}
