@@ -1,7 +1,7 @@
 /* Tests of the losses and dropout (nabla/loss.h): PyTorch's values and gradients
  * (tests/ref/cases_loss.py) on contiguous and non-contiguous inputs, finite differences in
  * float64, hand-computed values, dropout's mask statistics, scaling, seeding and gradient, and
- * every error path.
+ * every error path; the class losses' device-side targets (nn/loss_impl.h) against the host path.
  *
  * Tolerances: float32 rtol 1e-5 with atol 1e-6 (softmax - one-hot gradients cancel to values near
  * 0, where only an absolute bound is meaningful); float64 rtol 1e-10, atol 1e-12. */
@@ -11,6 +11,7 @@
 
 #include "nbtest.h"
 #include "nabla/loss.h" /* until nabla.h includes it */
+#include "nn/loss_impl.h" /* nb__loss_device_targets */
 
 /* ---- one reference case ---------------------------------------------------------------------- */
 
@@ -196,6 +197,201 @@ static void test_hand(void **state)
     const int32_t t32[2] = {1, 3};
     p = nb_cross_entropy_params_default();
     assert_float_equal(item(nb_cross_entropy(x, from(t32, &n2, 1, NB_INT32), &p)), log(4.0), 1e-15);
+    nb_scope_end(s);
+}
+
+/* ---- class-index targets on the device (nb__loss_device_targets) ----------------------------- */
+
+/* The test's switch back off, also when an assertion left the test early. */
+static int device_targets_off(void **state)
+{
+    (void)state;
+    nb__loss_device_targets(false);
+    return 0;
+}
+
+/* Input shapes: [6, 5] with targets [6]; [5] with a 0-dim target; [4, 5, 3] with targets [4, 3]. */
+enum { K_ROWS, K_ONE, K_SPATIAL, K_COUNT };
+
+/* The value and input gradient of c on x0 and t, with the switch as `device`; gout from a fixed
+ * seed, so both paths get the same. */
+static nb_tensor *loss_grad(const lcase *c, const nb_tensor *x0, const nb_tensor *t, bool device, nb_tensor **grad,
+                            const char *what)
+{
+    nb_tensor *x = nbt_leaf(x0);
+    nb__loss_device_targets(device);
+    nb_tensor *out = apply(c, x, t);
+    nb__loss_device_targets(false);
+    if (!out) fail_msg("%s (%s path): %s", what, device ? "device" : "host", nb_last_error());
+    nb_generator *g = nb_generator_create(11);
+    nb_tensor_params p = {.dtype = nb_tensor_dtype(out), .generator = g};
+    nb_tensor *gout = nb_randn(nb_tensor_shape(out), nb_tensor_ndim(out), &p);
+    nb_generator_free(g);
+    NBT_OK(nb_backward(out, NBT_CHECK(gout), NB_BACKWARD_DEFAULT));
+    *grad = nb_tensor_grad(x);
+    if (!*grad) *grad = NBT_CHECK(nb_zeros_like(x0));
+    return out;
+}
+
+/* Host and device paths agree on c's value and input gradient; returns the device path's value. */
+static nb_tensor *compare_paths(const lcase *c, const nb_tensor *x0, const nb_tensor *t, const char *what)
+{
+    double rtol, atol;
+    tolerances(nb_tensor_dtype(x0), &rtol, &atol);
+    nb_tensor *gh, *gd;
+    nb_tensor *host = loss_grad(c, x0, t, false, &gh, what), *dev = loss_grad(c, x0, t, true, &gd, what);
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s: device vs host value", what);
+    nbt_assert_close(dev, host, rtol, atol, msg);
+    snprintf(msg, sizeof msg, "%s: device vs host input gradient", what);
+    nbt_assert_close(gd, gh, rtol, atol, msg);
+    return dev;
+}
+
+/* Targets for kind k over C = 5 classes: (3 i + 1) mod 5 (classes 0..4, 3 among them), with every
+ * third replaced by ignore_index when `ignored` (the single 0-dim target itself); `all`: every
+ * target ignore_index. */
+static nb_tensor *class_targets(int k, int64_t ignore_index, bool ignored, bool all, nb_dtype dt)
+{
+    int64_t v[12], shape[2] = {k == K_ROWS ? 6 : 4, 3};
+    int nd = k == K_ONE ? 0 : k == K_ROWS ? 1 : 2, n = k == K_ONE ? 1 : k == K_ROWS ? 6 : 12;
+    for (int i = 0; i < n; i++) {
+        v[i] = k == K_ONE ? 2 : (3 * i + 1) % 5;
+        if (all || (ignored && (k == K_ONE || i % 3 == 1))) v[i] = ignore_index;
+    }
+    return NBT_CHECK(nb_to_dtype(from(v, shape, nd, NB_INT64), dt));
+}
+
+static nb_tensor *class_input(int k, nb_dtype dt, bool log_probs)
+{
+    int64_t shapes[K_COUNT][3] = {{6, 5}, {5}, {4, 5, 3}};
+    int nds[K_COUNT] = {2, 1, 3};
+    nb_generator *g = nb_generator_create(5 + (uint64_t)k);
+    nb_tensor_params p = {.dtype = dt, .generator = g};
+    nb_tensor *x = NBT_CHECK(nb_randn(shapes[k], nds[k], &p));
+    nb_generator_free(g);
+    return log_probs ? NBT_CHECK(nb_log_softmax(x, k == K_ONE ? 0 : 1)) : x;
+}
+
+/* Every combination of loss, reduction, ignored targets (none; some with ignore_index -100; those
+ * equal to ignore_index 3, a class), class weights, label smoothing, target and input dtypes and
+ * input shapes: the device path gives the host path's values and gradients. */
+static void test_device_targets(void **state)
+{
+    (void)state;
+    const nb_reduction reds[3] = {NB_REDUCE_NONE, NB_REDUCE_MEAN, NB_REDUCE_SUM};
+    const char *rname[3] = {"none", "mean", "sum"};
+    const nb_dtype tdts[2] = {NB_INT64, NB_INT32}, xdts[2] = {NB_FLOAT64, NB_FLOAT32};
+    int runs = 0;
+    for (int loss = 0; loss < 2; loss++)
+        for (int k = 0; k < K_COUNT; k++)
+            for (int ig = 0; ig < 3; ig++)
+                for (int wt = 0; wt < 2; wt++)
+                    for (int sm = 0; sm < (loss == 0 ? 2 : 1); sm++)
+                        for (int ty = 0; ty < 4; ty++)
+                            for (int r = 0; r < 3; r++) {
+                                nb_scope *s = nb_scope_begin();
+                                nb_dtype xdt = xdts[ty / 2];
+                                lcase c = {.reduction = reds[r], .ignore_index = ig == 2 ? 3 : -100,
+                                           .smoothing = sm ? 0.2 : 0.0};
+                                strcpy(c.loss, loss == 0 ? "ce" : "nll");
+                                int64_t ncls = 5;
+                                nb_tensor_params wp = {.dtype = xdt};
+                                c.weight = wt ? NBT_CHECK(nb_add_scalar(nb_rand(&ncls, 1, &wp), 0.5)) : NULL;
+                                nb_tensor *x = class_input(k, xdt, loss == 1);
+                                nb_tensor *t = class_targets(k, c.ignore_index, ig == 1, false, tdts[ty % 2]);
+                                char what[200];
+                                snprintf(what, sizeof what, "%s kind %d ignore %d weight %d smoothing %g %s %s %s",
+                                         c.loss, k, ig, wt, c.smoothing, nb_dtype_name(nb_tensor_dtype(t)),
+                                         nb_dtype_name(xdt), rname[r]);
+                                compare_paths(&c, x, t, what);
+                                runs++;
+                                nb_scope_end(s);
+                            }
+    assert_int_equal(runs, (2 + 1) * K_COUNT * 3 * 2 * 4 * 3); /* ce with 2 smoothings, nll with none */
+    nb__loss_device_targets(false);
+}
+
+/* Every target ignored: PyTorch's mean is 0 / 0 = NaN (weighted too: no weight is summed), its sum
+ * 0, its none all zeros, and the gradients zero; both paths give that. */
+static void test_device_targets_all_ignored(void **state)
+{
+    (void)state;
+    const nb_reduction reds[3] = {NB_REDUCE_NONE, NB_REDUCE_MEAN, NB_REDUCE_SUM};
+    for (int loss = 0; loss < 2; loss++)
+        for (int wt = 0; wt < 2; wt++)
+            for (int sm = 0; sm < (loss == 0 ? 2 : 1); sm++)
+                for (int r = 0; r < 3; r++) {
+                    nb_scope *s = nb_scope_begin();
+                    lcase c = {.reduction = reds[r], .ignore_index = -100, .smoothing = sm ? 0.3 : 0.0};
+                    strcpy(c.loss, loss == 0 ? "ce" : "nll");
+                    int64_t ncls = 5;
+                    nb_tensor_params wp = {.dtype = NB_FLOAT64};
+                    c.weight = wt ? NBT_CHECK(nb_add_scalar(nb_rand(&ncls, 1, &wp), 0.5)) : NULL;
+                    nb_tensor *x = class_input(K_ROWS, NB_FLOAT64, loss == 1);
+                    nb_tensor *t = class_targets(K_ROWS, -100, false, true, NB_INT64);
+                    char what[120];
+                    snprintf(what, sizeof what, "all ignored: %s weight %d smoothing %g reduction %d", c.loss, wt,
+                             c.smoothing, r);
+                    nb_tensor *v = compare_paths(&c, x, t, what), *g;
+                    if (reds[r] == NB_REDUCE_MEAN) {
+                        if (!isnan(item(v))) fail_msg("%s: %g, expected NaN", what, item(v));
+                    } else {
+                        nbt_assert_close(v, NBT_CHECK(nb_zeros_like(v)), 0, 0, what);
+                    }
+                    loss_grad(&c, x, t, true, &g, what);
+                    nbt_assert_close(g, NBT_CHECK(nb_zeros_like(x)), 0, 0, what);
+                    nb_scope_end(s);
+                }
+    nb__loss_device_targets(false);
+}
+
+/* ignore_index beyond 2^53 is matched exactly (int64_scalar): INT64_MAX - 1 ignores only itself,
+ * not its float neighbour INT64_MAX; an int32 target never equals an ignore_index beyond int32. */
+static void test_device_targets_large_ignore(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t n = 6;
+    const int64_t big = INT64_MAX - 1, tv[6] = {1, big, 0, 4, big, 2};
+    lcase c = {.loss = "ce", .reduction = NB_REDUCE_MEAN, .ignore_index = big};
+    nb_tensor *x = class_input(K_ROWS, NB_FLOAT64, false);
+    nb_tensor *v = compare_paths(&c, x, from(tv, &n, 1, NB_INT64), "ignore_index INT64_MAX - 1");
+    const int64_t kept[4] = {1, 0, 4, 2}, rows[4] = {0, 2, 3, 5};
+    int64_t n4 = 4;
+    nb_tensor *xs = NBT_CHECK(nb_index_select(x, 0, from(rows, &n4, 1, NB_INT64)));
+    nbt_assert_close(v, NBT_CHECK(nb_cross_entropy(xs, from(kept, &n4, 1, NB_INT64), NULL)), 1e-12, 1e-12,
+                     "ignore_index INT64_MAX - 1: the mean over the 4 kept rows");
+    c.ignore_index = INT64_C(1) << 40;
+    compare_paths(&c, x, class_targets(K_ROWS, 0, false, false, NB_INT32), "int32 targets, ignore_index 2^40");
+    nb__loss_device_targets(false);
+    nb_scope_end(s);
+}
+
+/* A bad target on the device path is the gather's error, which names the value; its message is
+ * not the host path's, so this also shows that the device path does not scan the targets. */
+static void test_device_targets_errors(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {3, 10}, n3 = 3, sh3[3] = {3, 10, 2}, t2[2] = {3, 2};
+    nb_tensor *x = NBT_CHECK(nb_randn(sh, 2, NULL)), *x3 = NBT_CHECK(nb_randn(sh3, 3, NULL));
+    const int64_t tv[3] = {1, 12, -100}, tn[3] = {1, -3, 0}, tsp[6] = {0, 1, 2, 10, -100, 4};
+    const int32_t t32[3] = {0, 11, 9};
+    nb_tensor *t12 = from(tv, &n3, 1, NB_INT64), *tneg = from(tn, &n3, 1, NB_INT64);
+    nb_cross_entropy_params p = nb_cross_entropy_params_default();
+    p.weight = NBT_CHECK(nb_ones(&sh[1], 1, NULL));
+    nb__loss_device_targets(true);
+    NBT_FAILS(nb_cross_entropy(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG, "index 12 is out of range", "size 10", NULL);
+    NBT_FAILS(nb_cross_entropy(x, t12, &p) == NULL, NB_ERR_INVALID_ARG, "index 12 is out of range", NULL);
+    NBT_FAILS(nb_nll_loss(x, tneg, NULL) == NULL, NB_ERR_INVALID_ARG, "index -3 is out of range", NULL);
+    NBT_FAILS(nb_cross_entropy(x, from(t32, &n3, 1, NB_INT32), NULL) == NULL, NB_ERR_INVALID_ARG,
+              "index 11 is out of range", NULL);
+    NBT_FAILS(nb_cross_entropy(x3, from(tsp, t2, 2, NB_INT64), NULL) == NULL, NB_ERR_INVALID_ARG,
+              "index 10 is out of range", NULL);
+    nb__loss_device_targets(false);
+    NBT_FAILS(nb_cross_entropy(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG,
+              "cross_entropy: target 12 is out of bounds for 10 classes", NULL);
     nb_scope_end(s);
 }
 
@@ -413,6 +609,10 @@ int main(void)
         cmocka_unit_test(test_dropout_identity),
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_large_backward_streams),
+        cmocka_unit_test_teardown(test_device_targets, device_targets_off),
+        cmocka_unit_test_teardown(test_device_targets_all_ignored, device_targets_off),
+        cmocka_unit_test_teardown(test_device_targets_large_ignore, device_targets_off),
+        cmocka_unit_test_teardown(test_device_targets_errors, device_targets_off),
     };
     return NBT_RUN(tests);
 }

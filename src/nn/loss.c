@@ -1,16 +1,23 @@
 /* Loss functions (nabla/loss.h), composed from differentiable ops so that autograd comes from
  * their rules: cross entropy of [N, C] logits on the CPU without label smoothing is one fused op
  * (CROSS_ENTROPY: one pass over the logits forward, one backward); otherwise it is log_softmax +
- * gather (never a one-hot of N x C); label smoothing
- * adds one sum over the class dim, and the class-index targets are checked and turned into a safe
- * index and an ignore mask in one host pass over the N targets. */
+ * gather (never a one-hot of N x C); label smoothing adds one sum over the class dim.
+ *
+ * The class-index targets become a safe index (ignored -> 0) and an ignore mask in one of two ways:
+ * by default in one host pass over the N targets, which also checks their range with the loss's
+ * own message; or, while the device captures a graph (where a read back is impossible) or when a
+ * test asks (nn/loss_impl.h), by ops on the targets' device, which read nothing back: the gather of
+ * the safe index then does the range check, and the mean divides by a count tensor. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
+#include "core/dispatch_impl.h"
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
+#include "nn/loss_impl.h"
 #include "nabla/autograd.h"
 #include "nabla/loss.h"
 #include "nabla/ops.h"
@@ -105,6 +112,72 @@ static nb_status scan_targets(const class_loss *c, int64_t ncls, int64_t *safe, 
     return NB_OK;
 }
 
+/* The targets as nll_from_safe reads them: safe, the class indices [N, d...] as int64 with the
+ * ignored ones 0; keep, a bool mask of the non-ignored ones (from host_targets NULL when none is
+ * ignored); and the number of kept targets, as count (a 0-dim tensor in the input's dtype, from
+ * device_targets for a mean without weights) or else as nkeep (from host_targets). */
+typedef struct safe_targets {
+    nb_tensor *safe, *keep, *count;
+    int64_t nkeep;
+} safe_targets;
+
+/* The host path: scan_targets over the targets read back, then safe and keep uploaded to dev.
+ * Runs inside the caller's scope. */
+static nb_status host_targets(const class_loss *c, nb_device dev, safe_targets *tg)
+{
+    int64_t ncls = c->lp->shape[c->lp->ndim == 1 ? 0 : 1];
+    int64_t n = nb__numel(c->target->shape, c->target->ndim);
+    int64_t *safe = malloc((size_t)(n ? n : 1) * sizeof *safe);
+    bool *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
+    nb_status st = safe && keep ? scan_targets(c, ncls, safe, keep, &tg->nkeep)
+                                : nb__err(NB_ERR_OOM, "%s: out of memory for %lld targets", c->op, (long long)n);
+    if (st == NB_OK) {
+        int64_t tshape[NB_MAX_DIMS + 1] = {1};
+        int tnd = c->target->ndim ? c->target->ndim : 1; /* a 0-dim target counts as [1] */
+        if (c->target->ndim) memcpy(tshape, c->target->shape, (size_t)tnd * sizeof *tshape);
+        tg->safe = nb_tensor_from_data(safe, tshape, tnd, &(nb_tensor_params){.dtype = NB_INT64, .device = dev});
+        if (tg->safe && tg->nkeep != n)
+            tg->keep = nb_tensor_from_data(keep, tshape, tnd, &(nb_tensor_params){.dtype = NB_BOOL, .device = dev});
+        if (!tg->safe || (tg->nkeep != n && !tg->keep)) st = nb_last_status();
+    }
+    free(safe);
+    free(keep);
+    return st;
+}
+
+/* v as a 0-dim int64 tensor on dev, exactly: FILL takes a double, so beyond 2^53 v is built as
+ * hi * 2^32 + lo (|hi| < 2^31, |lo| < 2^32: no overflow, even for INT64_MIN and INT64_MAX). */
+static nb_tensor *int64_scalar(int64_t v, nb_device dev)
+{
+    const nb_tensor_params p = {.dtype = NB_INT64, .device = dev};
+    const int64_t exact = INT64_C(1) << 53, base = INT64_C(1) << 32;
+    if (v >= -exact && v <= exact) return nb_scalar_tensor((double)v, &p);
+    nb_tensor *hi = nb_scalar_tensor((double)(v / base), &p), *b = nb_scalar_tensor((double)base, &p);
+    nb_tensor *lo = nb_scalar_tensor((double)(v % base), &p);
+    nb_tensor *hb = hi && b ? nb_mul(hi, b) : NULL;
+    return hb && lo ? nb_add(hb, lo) : NULL;
+}
+
+/* The device path: safe, keep and (for a mean without weights) count by ops on the targets'
+ * device; nothing is read back, so the range is not checked here: the gather (and index_select)
+ * of safe does it. keep is always made (whether any target is ignored is not known on the host).
+ * Runs inside the caller's scope. */
+static nb_status device_targets(const class_loss *c, safe_targets *tg)
+{
+    nb_device dev = c->target->storage->device;
+    nb_tensor *t = c->target->ndim ? (nb_tensor *)c->target : nb_unsqueeze(c->target, 0); /* 0-dim: [1] */
+    if (t) t = nb_to_dtype(t, NB_INT64); /* int32 targets compare with ignore_index in int64 */
+    nb_tensor *ignore = t ? int64_scalar(c->ignore_index, dev) : NULL;
+    nb_tensor *zero = ignore ? nb_scalar_tensor(0.0, &(nb_tensor_params){.dtype = NB_INT64, .device = dev}) : NULL;
+    tg->keep = zero ? nb_ne(t, ignore) : NULL;
+    tg->safe = tg->keep ? nb_where(tg->keep, t, zero) : NULL;
+    if (!tg->safe) return nb_last_status();
+    if (c->reduction != NB_REDUCE_MEAN || c->weight) return NB_OK;
+    nb_tensor *n = nb_sum(tg->keep, NULL, 0, false); /* int64 */
+    tg->count = n ? nb_to_dtype(n, c->lp->dtype) : NULL;
+    return tg->count ? NB_OK : nb_last_status();
+}
+
 /* The per-target weights w[target] (ignored targets read class 0: masked later), [N, d...]. */
 static nb_tensor *target_weights(const nb_tensor *w, const nb_tensor *safe)
 {
@@ -113,20 +186,21 @@ static nb_tensor *target_weights(const nb_tensor *w, const nb_tensor *safe)
     return picked ? nb_reshape(picked, safe->shape, safe->ndim) : NULL;
 }
 
-/* Reduces per-element losses (ignored ones already 0): mean divides by denom (a tensor: the
- * summed weights) or by count when denom is NULL. */
-static nb_tensor *reduce_loss(nb_tensor *per, nb_reduction r, const nb_tensor *denom, int64_t count)
+/* Reduces per-element losses (ignored ones already 0): mean divides by denom, a tensor (the summed
+ * weights of the kept targets, or tg's count of them), or else by tg's nkeep. */
+static nb_tensor *reduce_loss(nb_tensor *per, nb_reduction r, const nb_tensor *denom, const safe_targets *tg)
 {
     if (r == NB_REDUCE_NONE) return per;
     nb_tensor *s = nb_sum(per, NULL, 0, false);
     if (r == NB_REDUCE_SUM || !s) return s;
-    return denom ? nb_div(s, denom) : nb_div_scalar(s, (double)count);
+    if (!denom) denom = tg->count;
+    return denom ? nb_div(s, denom) : nb_div_scalar(s, (double)tg->nkeep);
 }
 
 /* PyTorch's label smoothing term: -sum_c w_c lp[n, c, ...], zero where ignored, reduced like the
  * nll part (the weighted mean divides by the same summed target weights). */
-static nb_tensor *smooth_term(const class_loss *c, const nb_tensor *lp, const nb_tensor *w, const nb_tensor *keep,
-                              const nb_tensor *zero, const nb_tensor *denom, int64_t count)
+static nb_tensor *smooth_term(const class_loss *c, const nb_tensor *lp, const nb_tensor *w, const safe_targets *tg,
+                              const nb_tensor *zero, const nb_tensor *denom)
 {
     int64_t one = 1;
     nb_tensor *prod = (nb_tensor *)lp;
@@ -138,8 +212,8 @@ static nb_tensor *smooth_term(const class_loss *c, const nb_tensor *lp, const nb
     }
     nb_tensor *s = prod ? nb_sum(prod, &one, 1, false) : NULL;
     s = s ? nb_neg(s) : NULL;
-    if (s && keep) s = nb_where(keep, s, zero);
-    return s ? reduce_loss(s, c->reduction, denom, count) : NULL;
+    if (s && tg->keep) s = nb_where(tg->keep, s, zero);
+    return s ? reduce_loss(s, c->reduction, denom, tg) : NULL;
 }
 
 /* The fused CROSS_ENTROPY op (kernel in the softmax family, rule in rules_rnn.c): per-row losses
@@ -171,10 +245,8 @@ static nb_tensor *ce_rows(const nb_tensor *logits, const nb_tensor *safe)
 }
 
 /* The loss from log-probabilities lp [N, C, d...] (with `fused`: logits [N, C], smoothing 0) and
- * safe targets [N, d...] (keep: bool mask of the non-ignored targets, NULL when none is ignored).
- * Runs inside the caller's scope. */
-static nb_tensor *nll_from_safe(const class_loss *c, const nb_tensor *lp, const nb_tensor *safe, const nb_tensor *keep,
-                                int64_t nkeep, bool fused)
+ * the targets tg. Runs inside the caller's scope. */
+static nb_tensor *nll_from_safe(const class_loss *c, const nb_tensor *lp, const safe_targets *tg, bool fused)
 {
     nb_tensor *zero = nb_scalar_tensor(0.0, &(nb_tensor_params){.dtype = lp->dtype, .device = lp->storage->device});
     nb_tensor *w = c->weight ? nb_detach(c->weight) : NULL;
@@ -182,29 +254,33 @@ static nb_tensor *nll_from_safe(const class_loss *c, const nb_tensor *lp, const 
     if (!zero || (c->weight && !w)) return NULL;
     nb_tensor *per;
     if (fused) {
-        per = ce_rows(lp, safe);
+        per = ce_rows(lp, tg->safe);
     } else {
-        nb_tensor *idx = nb_unsqueeze(safe, 1);
+        nb_tensor *idx = nb_unsqueeze(tg->safe, 1);
         nb_tensor *picked = idx ? nb_gather(lp, 1, idx) : NULL;
         per = picked ? nb_neg(nb_squeeze_dim(picked, 1)) : NULL;
     }
     nb_tensor *wt = NULL, *denom = NULL;
-    if (w) {
-        wt = target_weights(w, safe);
-        per = per && wt ? nb_mul(per, wt) : NULL;
-        if (wt && keep) wt = nb_where(keep, wt, zero);
+    if (w && per) {
+        wt = target_weights(w, tg->safe);
+        per = wt ? nb_mul(per, wt) : NULL;
+        if (wt && tg->keep) wt = nb_where(tg->keep, wt, zero);
         denom = wt ? nb_sum(wt, NULL, 0, false) : NULL;
         if (!denom) return NULL;
     }
-    if (per && keep) per = nb_where(keep, per, zero);
-    nb_tensor *loss = per ? reduce_loss(per, c->reduction, denom, nkeep) : NULL;
+    if (per && tg->keep) per = nb_where(tg->keep, per, zero);
+    nb_tensor *loss = per ? reduce_loss(per, c->reduction, denom, tg) : NULL;
     if (!loss || c->smoothing == 0.0) return loss;
-    nb_tensor *sm = smooth_term(c, lp, w, keep, zero, denom, nkeep);
+    nb_tensor *sm = smooth_term(c, lp, w, tg, zero, denom);
     double ncls = (double)lp->shape[1];
     nb_tensor *a = nb_mul_scalar(loss, 1.0 - c->smoothing);
     nb_tensor *b = sm ? nb_mul_scalar(sm, c->smoothing / ncls) : NULL;
     return a && b ? nb_add(a, b) : NULL;
 }
+
+static atomic_bool device_targets_forced;
+
+void nb__loss_device_targets(bool on) { atomic_store(&device_targets_forced, on); }
 
 /* Checks, then runs nll_from_safe on lp (log-probabilities, or logits when log_softmax is set). */
 static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
@@ -216,33 +292,20 @@ static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
         return NULL;
     if (!(c->smoothing >= 0.0 && c->smoothing <= 1.0))
         return nb__err_null(NB_ERR_INVALID_ARG, "%s: label_smoothing must be in [0, 1] (got %g)", c->op, c->smoothing);
-    int64_t ncls = c->lp->shape[c->lp->ndim == 1 ? 0 : 1];
-    int64_t n = nb__numel(c->target->shape, c->target->ndim), nkeep = 0;
-    int64_t *safe = malloc((size_t)(n ? n : 1) * sizeof *safe);
-    bool *keep = malloc((size_t)(n ? n : 1) * sizeof *keep);
-    nb_scope *s = (safe && keep) ? nb_scope_begin() : NULL;
-    if (!s) {
-        free(safe);
-        free(keep);
-        return nb__err_null(NB_ERR_OOM, "%s: out of memory for %lld targets", c->op, (long long)n);
-    }
+    nb_scope *s = nb_scope_begin();
+    if (!s) return NULL;
+    nb_device dev = c->lp->storage->device;
+    bool on_device = atomic_load(&device_targets_forced) || nb__device_capturing(dev);
+    safe_targets tg = {0};
     nb_tensor *out = NULL;
-    if (scan_targets(c, ncls, safe, keep, &nkeep) == NB_OK) {
-        nb_device dev = c->lp->storage->device;
-        int64_t tshape[NB_MAX_DIMS + 1] = {1};
-        int tnd = c->target->ndim ? c->target->ndim : 1; /* a 0-dim target counts as [1] */
-        if (c->target->ndim) memcpy(tshape, c->target->shape, (size_t)tnd * sizeof *tshape);
-        nb_tensor *st = nb_tensor_from_data(safe, tshape, tnd, &(nb_tensor_params){.dtype = NB_INT64, .device = dev});
-        nb_tensor *kt = nkeep == n ? NULL
-                                   : nb_tensor_from_data(keep, tshape, tnd, &(nb_tensor_params){.dtype = NB_BOOL, .device = dev});
+    if ((on_device ? device_targets(c, &tg) : host_targets(c, dev, &tg)) == NB_OK) {
         nb_tensor *x = c->lp->ndim == 1 ? nb_unsqueeze(c->lp, 0) : (nb_tensor *)c->lp;
-        bool fused = log_softmax && c->smoothing == 0.0 && x && x->ndim == 2 && dev.type == NB_DEVICE_CPU;
+        bool fused = !on_device && log_softmax && c->smoothing == 0.0 && x && x->ndim == 2 &&
+                     dev.type == NB_DEVICE_CPU;
         if (x && log_softmax && !fused) x = nb_log_softmax(x, 1);
-        if (st && x && (kt || nkeep == n)) out = nll_from_safe(c, x, st, kt, nkeep, fused);
+        if (x) out = nll_from_safe(c, x, &tg, fused);
         if (out && c->lp->ndim == 1 && c->reduction == NB_REDUCE_NONE) out = nb_squeeze_dim(out, 0);
     }
-    free(safe);
-    free(keep);
     return nb_scope_end_keep(s, out);
 }
 
