@@ -1,6 +1,7 @@
 /* CUDA graphs (nb_cuda_graph_*): a captured training step (embedding, linear layers, cross
- * entropy, SGD with momentum) replayed on new batches gives the parameters and losses of the same
- * steps run eagerly; an index out of range met by a replay is reported by nb_cuda_graph_check with
+ * entropy, SGD with momentum; and the stateful LSTM language model with clipping, whose carried
+ * state must pass from replay to replay) replayed on new batches gives the parameters and losses
+ * of the same steps run eagerly; an index out of range met by a replay is reported by nb_cuda_graph_check with
  * the op and the value, and the replay writes nothing out of bounds; what cannot be captured
  * (reading back, random numbers, Adam, SGD's first momentum step) fails naming the op and spoils
  * the capture; the graph's memory is returned when it is freed. Exits 77 (ctest: Skipped)
@@ -127,6 +128,89 @@ static void test_train_step(void **state)
     nb_optim_free(og);
     free_net(&a);
     free_net(&g);
+    nb_scope_end(sc);
+}
+
+/* The stateful LSTM language model with gradient clipping, as the DLBench LSTM: its carried
+ * state goes from one replay to the next as from one eager step to the next. */
+static nb_status lm_step(nb_module *m, nb_optim *opt, nb_tensor *const *ps, int np, const nb_tensor *tok,
+                         const nb_tensor *y, nb_tensor **loss)
+{
+    int64_t flat[2] = {-1, V}, fy[1] = {-1};
+    nb_status st = nb_optim_zero_grad(opt);
+    nb_tensor *out = st == NB_OK ? nb_module_forward(m, (nb_tensor *)tok) : NULL;
+    out = out ? nb_reshape(out, flat, 2) : NULL;
+    *loss = out ? nb_cross_entropy(out, NBT_CHECK(nb_reshape(y, fy, 1)), NULL) : NULL;
+    if (st == NB_OK && !*loss) st = nb_last_status();
+    if (st == NB_OK) st = nb_backward(*loss, NULL, 0);
+    if (st == NB_OK) st = nb_clip_grad_norm_(ps, np, 0.5, 2.0, NULL);
+    return st == NB_OK ? nb_optim_step(opt) : st;
+}
+
+static void test_stateful_lm(void **state)
+{
+    (void)state;
+    enum { T = 6, NPM = 16 };
+    nb_scope *sc = nb_scope_begin();
+    nb_module *m[2];
+    nb_tensor *ps[2][NPM];
+    nb_optim *opt[2];
+    int np = 0;
+    for (int k = 0; k < 2; k++) {
+        nb_manual_seed(11); /* the same initial weights */
+        m[k] = NBT_CHECK(nb_lstm_lm_create(V, E, H, 2, NULL));
+        NBT_OK(nb_lstm_lm_set_stateful(m[k], true));
+        NBT_OK(nb_module_to(m[k], NBT_CUDA0));
+        np = nb_module_parameters(m[k], ps[k], NPM);
+        assert_true(np > 0 && np <= NPM);
+        nb_sgd_params s = nb_sgd_params_default();
+        s.lr = 0.5, s.momentum = 0.9;
+        opt[k] = NBT_CHECK(nb_optim_sgd(ps[k], np, &s));
+    }
+    nb_tensor_params ip = nb_tensor_params_default();
+    ip.dtype = NB_INT64;
+    nb_tensor *tok[STEPS + 1], *y[STEPS + 1];
+    for (int k = 0; k <= STEPS; k++) {
+        tok[k] = nbt_to_cuda(NBT_CHECK(nb_randint(0, V, (int64_t[]){B, T}, 2, &ip)));
+        y[k] = nbt_to_cuda(NBT_CHECK(nb_randint(0, V, (int64_t[]){B, T}, 2, &ip)));
+    }
+    double eager[STEPS + 1], v = 0;
+    for (int k = 0; k <= STEPS; k++) {
+        nb_tensor *l = NULL;
+        NBT_OK(lm_step(m[0], opt[0], ps[0], np, tok[k], y[k], &l));
+        NBT_OK(nb_item(l, &eager[k]));
+    }
+    nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
+    nb_stream *prev = NBT_CHECK(nb_cuda_set_stream(nb_cuda_graph_stream(g)));
+    nb_tensor *l0 = NULL;
+    NBT_OK(lm_step(m[1], opt[1], ps[1], np, tok[0], y[0], &l0)); /* makes the state and the momentum */
+    NBT_CHECK(nb_cuda_set_stream(prev));
+    nb_tensor *sx = nb_tensor_retain(NBT_CHECK(nb_clone(tok[1]))), *sy = nb_tensor_retain(NBT_CHECK(nb_clone(y[1])));
+    NBT_OK(nb_optim_zero_grad(opt[1]));
+    NBT_OK(nb_cuda_graph_capture_begin(g));
+    nb_scope *cs = nb_scope_begin();
+    nb_tensor *cl = NULL;
+    NBT_OK(lm_step(m[1], opt[1], ps[1], np, sx, sy, &cl));
+    nb_tensor *gloss = nb_tensor_retain(cl);
+    nb_scope_end(cs);
+    NBT_OK(nb_cuda_graph_capture_end(g));
+    for (int k = 1; k <= STEPS; k++) {
+        NBT_OK(nb_copy_(sx, tok[k]));
+        NBT_OK(nb_copy_(sy, y[k]));
+        NBT_OK(nb_cuda_graph_replay(g));
+        NBT_OK(nb_item(gloss, &v));
+        if (!(fabs(v - eager[k]) <= 1e-4 * fabs(eager[k])))
+            fail_msg("LM replay %d: loss %.9g, eager %.9g", k, v, eager[k]);
+    }
+    for (int i = 0; i < np; i++) nbt_assert_close_host(ps[1][i], ps[0][i], 1e-4, "LM parameter after the replays");
+    nb_tensor_free(gloss);
+    nb_cuda_graph_free(g);
+    nb_tensor_free(sx);
+    nb_tensor_free(sy);
+    for (int k = 0; k < 2; k++) {
+        nb_optim_free(opt[k]);
+        nb_module_free(m[k]);
+    }
     nb_scope_end(sc);
 }
 
@@ -258,7 +342,8 @@ static void test_memory(void **state)
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_train_step), cmocka_unit_test(test_bad_index),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_train_step), cmocka_unit_test(test_stateful_lm),
+                                       cmocka_unit_test(test_bad_index),
                                        cmocka_unit_test(test_refused), cmocka_unit_test(test_memory)};
     return NBT_RUN(tests);
 }

@@ -32,8 +32,8 @@
  * up as usual, then takes one eager step on a CUDA graph's stream and captures one step
  * (nb_cuda_graph_capture_begin/end; torch_bench.py's flag of the same name does PyTorch's
  * whole-network capture); each timed iteration is then a replay and the loss read back (with
- * --data real, the loader's batch copied into the captured step's inputs first). The LSTM, whose
- * model carries its hidden state across steps, cannot run that way yet. */
+ * --data real, the loader's batch copied into the captured step's inputs first). The LSTM's
+ * carried state is copied back at the end of each replay (its model does that when captured). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,12 +456,9 @@ static nb_status replay(bench_net *n, nb_device dev, double *loss_out)
  * stream). On failure writes the reason to err. */
 static nb_status capture(bench_net *n, const bench *b, char *err, size_t cap)
 {
-    const bench_spec *s = n->s;
     const char *why = b->dev.type != NB_DEVICE_CUDA ? "cuda graphs need a CUDA device"
                       : b->step_in_backward         ? "--cuda-graph on and --step-in-backward on are not supported together"
-                      : is_lstm(s) ? "the LSTM carries its hidden state across steps inside the model, which a replay "
-                                     "would not carry (not supported yet)"
-                                   : NULL;
+                                                    : NULL;
     if (why) {
         snprintf(err, cap, "%s", why);
         return NB_ERR_UNSUPPORTED;

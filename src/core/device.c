@@ -106,6 +106,16 @@ nb_status nb_memory_reset_peak_stats(nb_device d)
     return NB_OK;
 }
 
+nb_status nb__device_capture_defer(nb_device d, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx)
+{
+    const nb_backend *be = d.type == NB_DEVICE_CPU ? NULL : nb__backend(d);
+    if (!be || !be->capture_defer) {
+        drop(ctx);
+        return nb__err(NB_ERR_UNSUPPORTED, "capture_defer: the device is not capturing a graph");
+    }
+    return be->capture_defer(d.index, fn, drop, ctx);
+}
+
 bool nb__device_capturing(nb_device d)
 {
     if (d.type == NB_DEVICE_CPU) return false;

@@ -49,6 +49,9 @@ typedef struct nb_backend {
     /* Whether the calling thread is capturing this device's work into a graph (NULL: never):
      * ops that would read device values back to the host must then take a device-side path. */
     bool (*is_capturing)(int index);
+    /* While capturing: fn(ctx) runs at the end of the capture (its work is captured last), then
+     * drop(ctx); drop(ctx) alone when the capture is abandoned. NULL: the device never captures. */
+    nb_status (*capture_defer)(int index, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
     /* One fused optimizer step over a batch of parameters (NULL: the CPU, whose optimizers run
      * their own loops in src/optim/). */
     nb_status (*fused_optim)(int index, const nb_optim_batch *b);
@@ -66,6 +69,9 @@ nb_status nb__value_bits(nb_op op, nb_dtype dt, double value, uint64_t *bits);
 const nb_backend *nb__backend(nb_device d);
 /* The backend's is_capturing for d (false for a device that cannot capture, or is absent). */
 bool nb__device_capturing(nb_device d);
+/* The backend's capture_defer for d (NB_ERR_UNSUPPORTED where the device cannot capture; drop(ctx)
+ * is then called at once). */
+nb_status nb__device_capture_defer(nb_device d, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
 /* Runs op's kernel on the device of a->out (or a->in[0] when there is no out). */
 nb_status nb__dispatch(nb_op op, const nb_kargs *a);
 

@@ -93,6 +93,7 @@ const nb_backend nb__cuda_backend = {
     .reset_peak_stats = nb__cuda_reset_peak_stats,
     .fused_optim = nb__cuda_fused_optim,
     .is_capturing = cuda_capturing,
+    .capture_defer = nb__cuda_capture_defer,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,
 #include "core/ops.def"

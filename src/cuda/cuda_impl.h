@@ -51,6 +51,8 @@ void *nb__cuda_graph_host_buffer(int index, size_t n);
 /* While capturing: the device verdict slot (lowest bad position) of an index check of op over
  * idx against [0, size) along dim, reported after a replay by nb_cuda_graph_check. */
 unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tensor *idx, int64_t size, int64_t dim);
+/* While capturing: fn(ctx) runs at capture_end before the capture closes, then drop(ctx). */
+nb_status nb__cuda_capture_defer(int index, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
 /* cudaMalloc in relaxed capture mode (allowed while a capture runs; not captured). */
 void *nb__cuda_relaxed_malloc(size_t n, cudaError_t *err);
 

@@ -14,7 +14,9 @@
  *   the graph's device array of verdicts, which a captured memset clears at the start of every
  *   replay and a captured copy brings to pinned host memory at its end; nb_cuda_graph_check (and
  *   the next replay, once the previous one is done) reports a bad index with the op, the value
- *   and the size, as the eager check does. The index kernels skip an index out of range. */
+ *   and the size, as the eager check does. The index kernels skip an index out of range.
+ * - Work deferred to the end of the capture (nb__cuda_capture_defer: a stateful model's copy of
+ *   its final state into the tensor the next replay starts from) is queued just before it ends. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,12 @@
 #include "cuda/cuda_impl.h"
 
 enum { MAX_CHECKS = 256 };
+
+typedef struct graph_defer {
+    nb_status (*fn)(void *ctx);
+    void (*drop)(void *ctx);
+    void *ctx;
+} graph_defer;
 
 typedef struct graph_check {
     nb_op op;
@@ -51,6 +59,8 @@ struct nb_cuda_graph {
     /* pinned host buffers that captured copies read at every replay */
     void **keep;
     int n_keep, cap_keep;
+    graph_defer *defers;
+    int n_defers, cap_defers;
 };
 
 static _Thread_local nb_cuda_graph *t_capture[NB_CUDA_MAX_DEVICES];
@@ -145,6 +155,38 @@ unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tens
     return &g->slots[g->n_checks++];
 }
 
+nb_status nb__cuda_capture_defer(int index, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx)
+{
+    nb_cuda_graph *g = nb__cuda_capturing(index) ? t_capture[index] : NULL;
+    if (g && g->n_defers == g->cap_defers) {
+        int cap = g->cap_defers ? 2 * g->cap_defers : 4;
+        graph_defer *d = realloc(g->defers, (size_t)cap * sizeof *d);
+        if (d) g->defers = d, g->cap_defers = cap;
+    }
+    if (!g || g->n_defers == g->cap_defers) {
+        drop(ctx);
+        return g ? nb__err(NB_ERR_OOM, "CUDA graph capture: out of host memory")
+                 : nb__err(NB_ERR_INVALID_ARG, "capture_defer: cuda:%d is not capturing", index);
+    }
+    g->defers[g->n_defers++] = (graph_defer){fn, drop, ctx};
+    return NB_OK;
+}
+
+/* Runs (when run) and drops the deferred work; the first failure spoils the capture. */
+static void run_defers(nb_cuda_graph *g, bool run)
+{
+    for (int i = 0; i < g->n_defers; i++) {
+        graph_defer *d = &g->defers[i];
+        if (run && !g->spoilt && d->fn(d->ctx) != NB_OK && !g->spoilt) {
+            g->spoilt = true;
+            g->spoilt_status = nb_last_status();
+            snprintf(g->spoilt_msg, sizeof g->spoilt_msg, "%s", nb_last_error());
+        }
+        d->drop(d->ctx);
+    }
+    g->n_defers = 0;
+}
+
 /* ---- the graph's life ------------------------------------------------------------------------ */
 
 nb_cuda_graph *nb_cuda_graph_create(int index)
@@ -215,6 +257,7 @@ nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g)
     if (t_capture[g->device] != g)
         return nb__err(NB_ERR_INVALID_ARG, "%s: the capture must end on the thread that began it", op);
     int d = g->device;
+    run_defers(g, true); /* still capturing: their work is the graph's last */
     int prev = nb__cuda_enter(d);
     cudaStream_t s = g->stream->handle;
     /* the verdicts of the index checks go to the host at the end of every replay */
@@ -305,6 +348,7 @@ void nb_cuda_graph_free(nb_cuda_graph *g)
     if (!g) return;
     int d = g->device;
     if (g->capturing) { /* abandoned mid-capture: end it, keep nothing */
+        run_defers(g, false);
         cudaGraph_t dropped = NULL;
         if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
         (void)cudaGetLastError();
@@ -324,6 +368,7 @@ void nb_cuda_graph_free(nb_cuda_graph *g)
     (void)cudaGetLastError();
     nb__cuda_leave(prev);
     free(g->keep);
+    free(g->defers);
     if (g->pool_id) {
         nb_devpool *pool = nb__cuda_pool(d);
         if (pool && nb__devpool_private_release(pool, g->pool_id) != NB_OK) nb_clear_error();

@@ -2,8 +2,9 @@
  * decoder (Linear), the names of bench/dlbench/torch_lm.py's LSTMLM. In stateful mode the module
  * keeps its own references to the last forward's detached final states (h, c), outside the
  * parameter and buffer lists (torch keeps them outside the state_dict too), and starts the next
- * forward from them. A stateful forward refuses to run inside a CUDA graph capture: the carried
- * state would be the capture's, not the previous replay's. */
+ * forward from them. Inside a CUDA graph capture the carried state stays where it is (the graph
+ * reads it at every replay) and the final state is copied into it at the end of the capture,
+ * after backward has read the old one, so each replay starts from the previous replay's state. */
 #include <stdlib.h>
 
 #include "core/dispatch_impl.h"
@@ -53,6 +54,43 @@ static nb_status carried(lm_state *u, const nb_tensor *emb, int64_t batch, nb_te
     return *c0 ? NB_OK : nb_last_status();
 }
 
+/* The end-of-capture copy of the final states into the carried ones. */
+typedef struct state_copy {
+    nb_tensor *dst[2], *src[2];
+} state_copy;
+
+static nb_status copy_state(void *ctx)
+{
+    state_copy *k = ctx;
+    bool prev = nb_set_grad_enabled(false);
+    nb_status st = nb_copy_(k->dst[0], k->src[0]);
+    if (st == NB_OK) st = nb_copy_(k->dst[1], k->src[1]);
+    nb_set_grad_enabled(prev);
+    return st;
+}
+
+static void drop_state_copy(void *ctx)
+{
+    state_copy *k = ctx;
+    for (int i = 0; i < 2; i++) {
+        nb_tensor_free(k->dst[i]);
+        nb_tensor_free(k->src[i]);
+    }
+    free(k);
+}
+
+static nb_status carry_captured(lm_state *u, nb_tensor *hn, nb_tensor *cn, nb_device dev)
+{
+    state_copy *k = calloc(1, sizeof *k);
+    nb_tensor *h = nb_detach(hn), *c = h ? nb_detach(cn) : NULL;
+    if (!k || !c) {
+        free(k);
+        return k ? nb_last_status() : nb__err(NB_ERR_OOM, "LSTMLM: out of memory");
+    }
+    *k = (state_copy){{nb_tensor_retain(u->h), nb_tensor_retain(u->c)}, {nb_tensor_retain(h), nb_tensor_retain(c)}};
+    return nb__device_capture_defer(dev, copy_state, drop_state_copy, k);
+}
+
 /* Keeps detached copies of the final states for the next forward. */
 static nb_status carry(lm_state *u, nb_tensor *hn, nb_tensor *cn)
 {
@@ -75,14 +113,16 @@ static nb_tensor *lm_forward(nb_module *self, nb_tensor *tokens)
     nb_tensor *emb = nb_module_forward(nb_module_get_module(self, "encoder"), tokens);
     if (!emb) return NULL;
     nb_tensor *h0, *c0, *hn = NULL, *cn = NULL;
-    if (u->stateful && nb__device_capturing(nb_tensor_device(emb)))
-        return nb__err_null(NB_ERR_UNSUPPORTED, "LSTMLM: a stateful model cannot be captured in a CUDA graph (a replay "
-                            "would start from the capture's state, not the previous replay's); set stateful off");
     if (carried(u, emb, nb_tensor_shape(tokens)[0], &h0, &c0) != NB_OK) return NULL;
+    nb_device dev = nb_tensor_device(emb);
+    bool captured = u->stateful && nb__device_capturing(dev);
+    if (captured && (!h0 || h0 != u->h))
+        return nb__err_null(NB_ERR_UNSUPPORTED, "LSTMLM: a stateful model is captured in a CUDA graph from a carried "
+                            "state of this batch size on this device: take one step before capturing");
     nb_tensor *out = nb_lstm_module_forward(nb_module_get_module(self, "rnn"), emb, h0, c0, u->stateful ? &hn : NULL,
                                             u->stateful ? &cn : NULL);
     if (!out) return NULL;
-    if (u->stateful && carry(u, hn, cn) != NB_OK) return NULL;
+    if (u->stateful && (captured ? carry_captured(u, hn, cn, dev) : carry(u, hn, cn)) != NB_OK) return NULL;
     return nb_module_forward(nb_module_get_module(self, "decoder"), out);
 }
 
