@@ -7,12 +7,14 @@
 # the train and main stages) and naming .carry in the run's `carry`:
 #   run: bash scripts/gpu-run.sh [stage ...]
 # (While helpers edit the tree, commit first and carry `git archive HEAD src tests` to build that.)
-# Stages (default: all but main, profile and compare): test (the CUDA tests), cputest (the other
+# Stages (default: all but main, profile, compare and graph): test (the CUDA tests), cputest (the other
 # tests), sanitize (compute-sanitizer memcheck on six CUDA tests, racecheck on two: about 3
 # minutes), train (one epoch of the CNN on cuda), main (the main
 # job's 6 epochs on cuda), micro (bench/cuda_micro beside PyTorch), bench (DLBench on cuda beside
 # PyTorch), profile (per-op tables of both for $PROFILE_MODELS), compare (the side-by-side table:
-# DLBench, cnn and resnet20, alternating, $ROUNDS rounds; then a host-time profile).
+# DLBench, cnn and resnet20, alternating, $ROUNDS rounds; then a host-time profile), graph (the
+# same DLBench table with each step captured as a CUDA graph on both sides, --cuda-graph on;
+# test_cuda_graph first).
 set -uo pipefail
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out/logs"
@@ -32,7 +34,10 @@ stage() {
   pack
   return $rc
 }
-want() { [ -z "$stages" ] && [ "$1" != main ] && [ "$1" != profile ] && [ "$1" != compare ] || [[ " $stages " == *" $1 "* ]]; }
+want() {
+  [ -z "$stages" ] && [ "$1" != main ] && [ "$1" != profile ] && [ "$1" != compare ] && [ "$1" != graph ] ||
+    [[ " $stages " == *" $1 "* ]]
+}
 stages="$*"
 
 [ -f .carry/unpack-debs.sh ] && [ -z "${CMAKE_PREFIX_PATH:-}" ] && source .carry/unpack-debs.sh
@@ -109,6 +114,17 @@ if want compare; then
     done
   done
   stage host-profile 100 build-gpu/tools/nabla bench --device cuda --model resnet-50,alexnet-s,fcn-r,lstm --iters 5 --warmup 3 --profile host
+fi
+if want graph; then
+  # the step as a CUDA graph on both sides, alternating: nabla-gpu-graph.jsonl / torch-gpu-graph.jsonl
+  stage graph-test 120 build-gpu/tests/test_cuda_graph
+  for r in $(seq "${ROUNDS:-2}"); do
+    set=fcn-s,alexnet-s,resnet-50,fcn-r,alexnet-r,resnet-56,lstm
+    stage "graph-nabla-$r" 150 build-gpu/tools/nabla bench --device cuda --model "$set" --iters 20 --warmup 5 --format json --cuda-graph on
+    grep -h '^{' "$L/graph-nabla-$r.txt" >> "$out/nabla-gpu-graph.jsonl"
+    stage "graph-torch-$r" 150 python3 bench/dlbench/torch_bench.py --device cuda --model "$set" --iters 20 --warmup 5 --format json --cuda-graph on
+    grep -h '^{' "$L/graph-torch-$r.txt" >> "$out/torch-gpu-graph.jsonl"
+  done
 fi
 if want profile; then
   pm=${PROFILE_MODELS:-resnet-50,alexnet-r,resnet-56,lstm}
