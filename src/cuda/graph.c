@@ -193,6 +193,8 @@ nb_cuda_graph *nb_cuda_graph_create(int index)
 {
     if (index == -1) index = nb_cuda_current_device();
     if (nb__cuda_check_index(index, "cuda_graph_create") != NB_OK) return NULL;
+    if (nb__cuda_capturing(index)) /* its cudaMalloc would spoil the running capture */
+        return nb__err_null(NB_ERR_INVALID_ARG, "cuda_graph_create: cuda:%d is capturing a CUDA graph", index);
     nb_cuda_graph *g = calloc(1, sizeof *g);
     if (!g) return nb__err_null(NB_ERR_OOM, "cuda_graph_create: out of host memory");
     g->device = index;
