@@ -219,7 +219,7 @@ nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g)
 {
     const char *op = "cuda_graph_capture_begin";
     if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
-    if (g->capturing || g->captured)
+    if (g->capturing || g->captured || g->pool_id) /* a failed capture keeps its pool until free */
         return nb__err(NB_ERR_INVALID_ARG, "%s: the graph was already %s (make a new one)", op,
                        g->capturing ? "being captured" : "captured");
     int d = g->device;
