@@ -3,7 +3,7 @@
  * state must pass from replay to replay) replayed on new batches gives the parameters and losses
  * of the same steps run eagerly; an index out of range met by a replay is reported by nb_cuda_graph_check with
  * the op and the value, and the replay writes nothing out of bounds; what cannot be captured
- * (reading back, random numbers, Adam, SGD's first momentum step) fails naming the op and spoils
+ * (reading back, random numbers, Adam, SGD's first momentum step, pinning) fails naming the op and spoils
  * the capture; the graph's memory is returned when it is freed. Exits 77 (ctest: Skipped)
  * without a GPU. */
 #include <math.h>
@@ -257,12 +257,14 @@ static void test_refused(void **state)
     (void)state;
     nb_scope *sc = nb_scope_begin();
     nb_tensor *x = nbt_to_cuda(NBT_CHECK(nb_ones((int64_t[]){8}, 1, NULL)));
-    for (int which = 0; which < 4; which++) {
+    nb_tensor *x1 = nbt_to_cuda(NBT_CHECK(nb_ones((int64_t[]){1}, 1, NULL))); /* nb_item needs one element */
+    nb_tensor *host = NBT_CHECK(nb_ones((int64_t[]){8}, 1, NULL));
+    for (int which = 0; which < 5; which++) {
         nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
         nb_tensor *p = nb_tensor_retain(NBT_CHECK(nb_clone(x)));
         NBT_OK(nb_tensor_set_requires_grad(p, true));
         nb_optim *opt = NULL;
-        if (which >= 2) {
+        if (which == 2 || which == 3) {
             if (which == 2) {
                 opt = NBT_CHECK(nb_optim_adam(&p, 1, NULL));
             } else {
@@ -275,18 +277,19 @@ static void test_refused(void **state)
         NBT_OK(nb_cuda_graph_capture_begin(g));
         nb_scope *cs = nb_scope_begin();
         double v = 0;
-        const char *op = which == 0 ? "copy to host" : which == 1 ? "rand" : "optim step";
-        nb_status st = which == 0 ? nb_item(x, &v)
+        const char *op = which == 0 ? "copy to host" : which == 1 ? "rand" : which == 4 ? "pin_memory" : "optim step";
+        nb_status st = which == 0 ? nb_item(x1, &v)
                      : which == 1 ? (nb_rand((int64_t[]){4}, 1, &(nb_tensor_params){.dtype = NB_FLOAT32, .device = NBT_CUDA0})
                                          ? NB_OK
                                          : nb_last_status())
+                     : which == 4 ? (nb_tensor_pin_memory(host) ? NB_OK : nb_last_status())
                                   : nb_optim_step(opt);
         NBT_FAILS(st != NB_OK, NB_ERR_UNSUPPORTED, op, "capturing a CUDA graph", NULL);
         nb_scope_end(cs);
         NBT_FAILS(nb_cuda_graph_capture_end(g) != NB_OK, NB_ERR_UNSUPPORTED, "cuda_graph_capture_end", op, NULL);
         NBT_FAILS(nb_cuda_graph_replay(g) != NB_OK, NB_ERR_INVALID_ARG, "cuda_graph_replay", "not been captured", NULL);
         assert_false(nb_cuda_is_capturing(0));
-        NBT_OK(nb_item(x, &v)); /* the device goes on after a spoilt capture */
+        NBT_OK(nb_item(x1, &v)); /* the device goes on after a spoilt capture */
         assert_true(v == 1);
         nb_cuda_graph_free(g);
         nb_optim_free(opt);
@@ -296,8 +299,9 @@ static void test_refused(void **state)
     nb_cuda_graph *g = NBT_CHECK(nb_cuda_graph_create(0));
     NBT_FAILS(nb_cuda_graph_capture_end(g) != NB_OK, NB_ERR_INVALID_ARG, "not being captured", NULL);
     NBT_FAILS(nb_cuda_graph_replay(g) != NB_OK, NB_ERR_INVALID_ARG, "not been captured", NULL);
+    nb_cuda_graph *h = NBT_CHECK(nb_cuda_graph_create(0)); /* before: create refuses while capturing */
     NBT_OK(nb_cuda_graph_capture_begin(g));
-    nb_cuda_graph *h = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_FAILS(nb_cuda_graph_create(0) != NULL, NB_ERR_INVALID_ARG, "cuda_graph_create", "capturing", NULL);
     NBT_FAILS(nb_cuda_graph_capture_begin(h) != NB_OK, NB_ERR_INVALID_ARG, "already capturing", NULL);
     NBT_OK(nb_cuda_graph_capture_end(g)); /* an empty graph is a graph */
     NBT_OK(nb_cuda_graph_replay(g));

@@ -139,9 +139,11 @@ NB_API nb_status nb_cuda_record_stream(const struct nb_tensor *t, nb_stream *s);
  *
  * What cannot be captured fails with NB_ERR_UNSUPPORTED naming the op and "capturing a CUDA
  * graph", and spoils the capture (end then fails with that message): reading values to the host
- * (nb_item, nb_tensor_read, nb_to the CPU), copies from pageable host memory, synchronizing,
- * random numbers (dropout), an optimizer step other than SGD's, and SGD's first step with
- * momentum. Losses with class-index targets take a device-side path while capturing. Index ops
+ * (nb_item, nb_tensor_read, nb_to the CPU), copies from pageable or newly pinned host memory,
+ * synchronizing, random numbers (dropout), an optimizer step other than SGD's, SGD's first step
+ * with momentum, and a convolution shape or library handle not seen before (cuDNN's algorithm
+ * search and handle creation run outside: warm up first). Other errors inside a capture are
+ * returned as usual; end the capture and free the graph after one. Losses with class-index targets take a device-side path while capturing. Index ops
  * (gather, index_select: embeddings) cannot report a bad index at the call: a replay skips it,
  * and nb_cuda_graph_check (or the next replay, once the previous one has completed) reports it,
  * naming the op, the value and the size. */
@@ -158,7 +160,8 @@ NB_API nb_status nb_cuda_graph_replay(nb_cuda_graph *g);
 /* Waits for the last replay and reports a bad index it met (NB_ERR_INVALID_ARG). */
 NB_API nb_status nb_cuda_graph_check(nb_cuda_graph *g);
 /* Waits for the last replay, then frees the graph and its memory pool (tensors made in the
- * capture and still alive keep their memory until they are freed). */
+ * capture and still alive keep their memory until they are freed). Call it on the thread that
+ * captured, and not while that thread captures another graph. */
 NB_API void nb_cuda_graph_free(nb_cuda_graph *g);
 /* torch.cuda.is_current_stream_capturing: whether the calling thread is capturing device index
  * (-1: current). */

@@ -116,6 +116,13 @@ nb_status nb__device_capture_defer(nb_device d, nb_status (*fn)(void *ctx), void
     return be->capture_defer(d.index, fn, drop, ctx);
 }
 
+nb_status nb__device_capture_refuse(nb_device d, const char *op, const char *why)
+{
+    const nb_backend *be = d.type == NB_DEVICE_CPU ? NULL : nb__backend(d);
+    if (!be || !be->capture_refuse) return nb__err(NB_ERR_UNSUPPORTED, "%s: %s", op, why);
+    return be->capture_refuse(d.index, op, why);
+}
+
 bool nb__device_capturing(nb_device d)
 {
     if (d.type == NB_DEVICE_CPU) return false;

@@ -52,6 +52,9 @@ typedef struct nb_backend {
     /* While capturing: fn(ctx) runs at the end of the capture (its work is captured last), then
      * drop(ctx); drop(ctx) alone when the capture is abandoned. NULL: the device never captures. */
     nb_status (*capture_defer)(int index, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
+    /* While capturing: an NB_ERR_UNSUPPORTED "op: ... capturing a CUDA graph, and why" that also
+     * spoils the capture. NULL: the device never captures. */
+    nb_status (*capture_refuse)(int index, const char *op, const char *why);
     /* One fused optimizer step over a batch of parameters (NULL: the CPU, whose optimizers run
      * their own loops in src/optim/). */
     nb_status (*fused_optim)(int index, const nb_optim_batch *b);
@@ -72,6 +75,8 @@ bool nb__device_capturing(nb_device d);
 /* The backend's capture_defer for d (NB_ERR_UNSUPPORTED where the device cannot capture; drop(ctx)
  * is then called at once). */
 nb_status nb__device_capture_defer(nb_device d, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
+/* The backend's capture_refuse for d (a plain NB_ERR_UNSUPPORTED where the device cannot capture). */
+nb_status nb__device_capture_refuse(nb_device d, const char *op, const char *why);
 /* Runs op's kernel on the device of a->out (or a->in[0] when there is no out). */
 nb_status nb__dispatch(nb_op op, const nb_kargs *a);
 

@@ -39,7 +39,8 @@ void nb__prof_end(int slot, int64_t t0, nb_device dev)
 {
     if (t0 == 0) return;
     if (--t_depth > 0 || t0 < 0) return;
-    if (atomic_load(&nb__prof_mode) == NB_PROFILE_SYNC && dev.type != NB_DEVICE_CPU) {
+    /* (no wait inside a CUDA graph capture: nothing runs there to wait for) */
+    if (atomic_load(&nb__prof_mode) == NB_PROFILE_SYNC && dev.type != NB_DEVICE_CPU && !nb__device_capturing(dev)) {
         const nb_backend *be = nb__backend(dev);
         if (be && be->synchronize) be->synchronize(dev.index);
     }

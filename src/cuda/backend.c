@@ -94,6 +94,7 @@ const nb_backend nb__cuda_backend = {
     .fused_optim = nb__cuda_fused_optim,
     .is_capturing = cuda_capturing,
     .capture_defer = nb__cuda_capture_defer,
+    .capture_refuse = nb__cuda_capture_refuse,
     .kernels = {
 #define X(id, name, family) [NB_OP_##id] = family,
 #include "core/ops.def"

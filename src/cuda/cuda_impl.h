@@ -42,6 +42,8 @@ void nb__cuda_leave(int prev);
 nb_devpool *nb__cuda_pool(int index);
 /* CUDA graph capture (src/cuda/graph.c). Whether the calling thread is capturing device index. */
 bool nb__cuda_capturing(int index);
+/* The device the calling thread is capturing, or -1. */
+int nb__cuda_capturing_any(void);
 /* An NB_ERR_UNSUPPORTED error "op: cuda:N is capturing a CUDA graph, and <why>", which also
  * spoils the capture (capture_end reports it). */
 nb_status nb__cuda_capture_refuse(int index, const char *op, const char *why);
@@ -50,7 +52,8 @@ nb_status nb__cuda_capture_refuse(int index, const char *op, const char *why);
 void *nb__cuda_graph_host_buffer(int index, size_t n);
 /* While capturing: the device verdict slot (lowest bad position) of an index check of op over
  * idx against [0, size) along dim, reported after a replay by nb_cuda_graph_check. */
-unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tensor *idx, int64_t size, int64_t dim);
+unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, int64_t size, int64_t dim,
+                                              unsigned long long **sticky);
 /* While capturing: fn(ctx) runs at capture_end before the capture closes, then drop(ctx). */
 nb_status nb__cuda_capture_defer(int index, nb_status (*fn)(void *ctx), void (*drop)(void *ctx), void *ctx);
 /* cudaMalloc in relaxed capture mode (allowed while a capture runs; not captured). */

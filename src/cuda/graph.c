@@ -34,10 +34,6 @@ typedef struct graph_defer {
 typedef struct graph_check {
     nb_op op;
     int64_t size, dim;
-    /* where the index tensor's values are, to read the bad one for the message */
-    const char *idx;
-    int es, ndim;
-    int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
 } graph_check;
 
 struct nb_cuda_graph {
@@ -52,8 +48,10 @@ struct nb_cuda_graph {
     cudaGraphExec_t exec;
     cudaEvent_t done; /* recorded after each replay */
     bool replayed;
-    /* index checks: device verdicts (lowest bad position, ~0 none), their pinned host copy */
-    unsigned long long *slots, *host_slots;
+    /* index checks: slots, this replay's verdicts (lowest bad position, ~0 none), cleared at
+     * its start; sticky, per check {first bad position, its value} since the last report, and
+     * host_slots, sticky's pinned copy made at the end of every replay */
+    unsigned long long *slots, *sticky, *host_slots;
     graph_check checks[MAX_CHECKS];
     int n_checks;
     /* pinned host buffers that captured copies read at every replay */
@@ -98,6 +96,13 @@ bool nb__cuda_capturing(int index)
     return index >= 0 && index < NB_CUDA_MAX_DEVICES && t_capture[index] != NULL;
 }
 
+int nb__cuda_capturing_any(void)
+{
+    for (int i = 0; i < NB_CUDA_MAX_DEVICES; i++)
+        if (t_capture[i]) return i;
+    return -1;
+}
+
 bool nb_cuda_is_capturing(int index)
 {
     if (index == -1) index = nb_cuda_current_device();
@@ -139,7 +144,8 @@ void *nb__cuda_graph_host_buffer(int index, size_t n)
     return p;
 }
 
-unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tensor *idx, int64_t size, int64_t dim)
+unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, int64_t size, int64_t dim,
+                                              unsigned long long **sticky)
 {
     nb_cuda_graph *g = t_capture[index];
     if (!g) return nb__err_null(NB_ERR_INTERNAL, "graph check slot: cuda:%d is not capturing", index);
@@ -147,11 +153,8 @@ unsigned long long *nb__cuda_graph_check_slot(int index, nb_op op, const nb_tens
         nb__cuda_capture_refuse(index, nb__op_name(op), "the graph already has the most index checks it can hold");
         return NULL;
     }
-    graph_check *c = &g->checks[g->n_checks];
-    *c = (graph_check){.op = op, .size = size, .dim = dim, .idx = nb__data(idx), .es = (int)nb_dtype_size(idx->dtype),
-                       .ndim = idx->ndim};
-    memcpy(c->shape, idx->shape, (size_t)idx->ndim * sizeof *c->shape);
-    memcpy(c->strides, idx->strides, (size_t)idx->ndim * sizeof *c->strides);
+    g->checks[g->n_checks] = (graph_check){.op = op, .size = size, .dim = dim};
+    *sticky = &g->sticky[2 * g->n_checks];
     return &g->slots[g->n_checks++];
 }
 
@@ -193,23 +196,27 @@ nb_cuda_graph *nb_cuda_graph_create(int index)
 {
     if (index == -1) index = nb_cuda_current_device();
     if (nb__cuda_check_index(index, "cuda_graph_create") != NB_OK) return NULL;
-    if (nb__cuda_capturing(index)) /* its cudaMalloc would spoil the running capture */
-        return nb__err_null(NB_ERR_INVALID_ARG, "cuda_graph_create: cuda:%d is capturing a CUDA graph", index);
+    int cap = nb__cuda_capturing_any();
+    if (cap >= 0) /* its cudaMalloc would spoil the running capture */
+        return nb__err_null(NB_ERR_INVALID_ARG, "cuda_graph_create: cuda:%d is capturing a CUDA graph", cap);
     nb_cuda_graph *g = calloc(1, sizeof *g);
     if (!g) return nb__err_null(NB_ERR_OOM, "cuda_graph_create: out of host memory");
     g->device = index;
     g->stream = nb_cuda_stream_create(index);
     int prev = nb__cuda_enter(index);
     cudaError_t e = g->stream ? cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) : cudaSuccess;
-    if (g->stream && e == cudaSuccess) e = cudaMalloc((void **)&g->slots, MAX_CHECKS * sizeof *g->slots);
-    if (g->stream && e == cudaSuccess) e = cudaHostAlloc((void **)&g->host_slots, MAX_CHECKS * sizeof *g->host_slots, 0);
+    if (g->stream && e == cudaSuccess) e = cudaMalloc((void **)&g->slots, 3 * MAX_CHECKS * sizeof *g->slots);
+    if (g->stream && e == cudaSuccess) e = cudaMemset(g->slots, 0xff, 3 * MAX_CHECKS * sizeof *g->slots);
+    if (g->stream && e == cudaSuccess) e = cudaDeviceSynchronize(); /* cudaMemset may return early */
+    if (g->stream && e == cudaSuccess) e = cudaHostAlloc((void **)&g->host_slots, 2 * MAX_CHECKS * sizeof *g->host_slots, 0);
     nb__cuda_leave(prev);
     if (!g->stream || e != cudaSuccess) {
         if (e != cudaSuccess) nb__cuda_err(e, "cuda_graph_create");
         nb_cuda_graph_free(g);
         return NULL;
     }
-    memset(g->host_slots, 0xff, MAX_CHECKS * sizeof *g->host_slots);
+    g->sticky = g->slots + MAX_CHECKS;
+    memset(g->host_slots, 0xff, 2 * MAX_CHECKS * sizeof *g->host_slots);
     return g;
 }
 
@@ -222,9 +229,9 @@ nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g)
     if (g->capturing || g->captured || g->pool_id) /* a failed capture keeps its pool until free */
         return nb__err(NB_ERR_INVALID_ARG, "%s: the graph was already %s (make a new one)", op,
                        g->capturing ? "being captured" : "captured");
-    int d = g->device;
-    if (t_capture[d])
-        return nb__err(NB_ERR_INVALID_ARG, "%s: this thread is already capturing another graph on cuda:%d", op, d);
+    int d = g->device, cap = nb__cuda_capturing_any();
+    if (cap >= 0)
+        return nb__err(NB_ERR_INVALID_ARG, "%s: this thread is already capturing another graph on cuda:%d", op, cap);
     /* earlier work on every stream completes first, as torch.cuda.graph does */
     NB_TRY(nb_cuda_synchronize(d));
     nb_devpool *pool = nb__cuda_pool(d);
@@ -263,13 +270,13 @@ nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g)
     int prev = nb__cuda_enter(d);
     cudaStream_t s = g->stream->handle;
     /* the verdicts of the index checks go to the host at the end of every replay */
-    cudaError_t e = g->n_checks ? cudaMemcpyAsync(g->host_slots, g->slots, (size_t)g->n_checks * sizeof *g->slots,
+    cudaError_t e = g->n_checks ? cudaMemcpyAsync(g->host_slots, g->sticky, 2 * (size_t)g->n_checks * sizeof *g->sticky,
                                                   cudaMemcpyDeviceToHost, s)
                                 : cudaSuccess;
     cudaGraph_t graph = NULL;
     cudaError_t e2 = cudaStreamEndCapture(s, &graph);
     if (e == cudaSuccess) e = e2;
-    if (e == cudaSuccess && !g->spoilt) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (e == cudaSuccess && !g->spoilt) e = cudaGraphInstantiateWithFlags(&g->exec, graph, 0); /* CUDA >= 11.4 */
     nb__cuda_leave(prev);
     t_capture[d] = NULL;
     g->capturing = false;
@@ -286,31 +293,26 @@ nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g)
     return NB_OK;
 }
 
-/* Reports the first bad index of the last replay (which has completed). */
+/* Reports the first bad index met since the last report (the last replay has completed), and
+ * clears the verdicts for the next replays. */
 static nb_status report_checks(nb_cuda_graph *g)
 {
     for (int k = 0; k < g->n_checks; k++) {
-        unsigned long long bad = g->host_slots[k];
-        if (bad == ~0ULL) continue;
+        if (g->host_slots[2 * k] == ~0ULL) continue;
         const graph_check *c = &g->checks[k];
-        int64_t off = 0, r = (int64_t)bad, v = 0;
-        for (int i = c->ndim - 1; i >= 0; i--) {
-            off += (r % c->shape[i]) * c->strides[i];
-            r /= c->shape[i];
-        }
-        int32_t v32 = 0;
+        long long v = (long long)g->host_slots[2 * k + 1];
+        memset(g->host_slots, 0xff, 2 * MAX_CHECKS * sizeof *g->host_slots);
         int prev = nb__cuda_enter(g->device);
-        cudaError_t e = cudaMemcpy(c->es == 4 ? (void *)&v32 : (void *)&v, c->idx + off * c->es, (size_t)c->es,
-                                   cudaMemcpyDeviceToHost);
+        cudaStream_t s = nb__cuda_stream(g->device)->handle;
+        cudaError_t e = cudaMemsetAsync(g->sticky, 0xff, 2 * MAX_CHECKS * sizeof *g->sticky, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
         nb__cuda_leave(prev);
         if (e != cudaSuccess) return nb__cuda_err(e, nb__op_name(c->op));
-        if (c->es == 4) v = v32;
-        memset(g->host_slots, 0xff, MAX_CHECKS * sizeof *g->host_slots);
         if (c->op == NB_OP_ONE_HOT)
             return nb__err(NB_ERR_INVALID_ARG, "one_hot (in a CUDA graph replay): index %lld is out of range for "
-                           "num_classes %lld", (long long)v, (long long)c->size);
+                           "num_classes %lld", v, (long long)c->size);
         return nb__err(NB_ERR_INVALID_ARG, "%s (in a CUDA graph replay): index %lld is out of range for dim %lld of "
-                       "size %lld", nb__op_name(c->op), (long long)v, (long long)c->dim, (long long)c->size);
+                       "size %lld", nb__op_name(c->op), v, (long long)c->dim, (long long)c->size);
     }
     return NB_OK;
 }
@@ -320,7 +322,8 @@ nb_status nb_cuda_graph_replay(nb_cuda_graph *g)
     const char *op = "cuda_graph_replay";
     if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
     if (!g->captured) return nb__err(NB_ERR_INVALID_ARG, "%s: the graph has not been captured", op);
-    if (nb__cuda_capturing(g->device)) return nb__err(NB_ERR_INVALID_ARG, "%s: cuda:%d is capturing", op, g->device);
+    int cap = nb__cuda_capturing_any();
+    if (cap >= 0) return nb__err(NB_ERR_INVALID_ARG, "%s: cuda:%d is capturing a CUDA graph", op, cap);
     if (g->replayed && g->n_checks) {
         cudaError_t q = cudaEventQuery(g->done);
         if (q == cudaSuccess) NB_TRY(report_checks(g));
@@ -341,10 +344,14 @@ nb_status nb_cuda_graph_check(nb_cuda_graph *g)
     const char *op = "cuda_graph_check";
     if (!g) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL graph", op);
     if (!g->replayed) return NB_OK;
+    int cap = nb__cuda_capturing_any();
+    if (cap >= 0) return nb__err(NB_ERR_INVALID_ARG, "%s: cuda:%d is capturing a CUDA graph", op, cap);
     NB_CUDA_TRY(cudaEventSynchronize(g->done), op);
     return report_checks(g);
 }
 
+/* Free on the thread that captures (a capture is ended by the thread that began it), and not
+ * while this thread captures another graph (its cudaFree calls would spoil that capture). */
 void nb_cuda_graph_free(nb_cuda_graph *g)
 {
     if (!g) return;

@@ -102,6 +102,10 @@ typedef struct nb_cuda_index_args {
  * holding a value outside [0, size). */
 cudaError_t nb_cuda_launch_index_check(const nb_cuda_desc *idx, int64_t n, int64_t size, unsigned long long *bad,
                                        cudaStream_t s);
+/* After an index check in a graph capture: when *cur holds a bad position and sticky[0] none yet,
+ * sticky = {that position, the index value there} (kept across replays until reported). */
+cudaError_t nb_cuda_launch_index_latch(const nb_cuda_desc *idx, const unsigned long long *cur,
+                                       unsigned long long *sticky, cudaStream_t s);
 /* add: the accumulating form (atomics; float32/float64/int64/int32). */
 cudaError_t nb_cuda_launch_index(const nb_cuda_index_args *a, bool add, cudaStream_t s);
 

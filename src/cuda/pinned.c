@@ -63,6 +63,11 @@ void nb__cuda_pinned_empty_cache(void)
 static void *pinned_alloc(size_t nbytes)
 {
     if (nbytes > PINNED_MAX) return nb__err_null(NB_ERR_OOM, "pinned memory: %zu bytes is too large", nbytes);
+    int cap = nb__cuda_capturing_any();
+    if (cap >= 0) { /* cudaHostAlloc and the blocks' event queries are not allowed inside it */
+        nb__cuda_capture_refuse(cap, "pin_memory", "page-locked memory cannot be handed out inside it");
+        return NULL;
+    }
     size_t size = PINNED_MIN;
     while (size < nbytes) size <<= 1;
     pblock *hit = NULL;
@@ -142,6 +147,9 @@ static nb_status pinned_copy_to_device(nb_device d, void *dst, const void *src, 
 {
     if (d.type != NB_DEVICE_CUDA)
         return nb__err(NB_ERR_DEVICE, "to_non_blocking: pinned memory is copied without waiting only to a CUDA device");
+    if (nb__cuda_capturing(d.index)) /* the copy's event would be a captured one, never queryable */
+        return nb__cuda_capture_refuse(d.index, "to_non_blocking", "a copy from pinned memory must be made outside "
+                                       "it (into a tensor the graph reads)");
     int prev = nb__cuda_enter(d.index);
     cudaStream_t s = nb__cuda_stream(d.index)->handle;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s);

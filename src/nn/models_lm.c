@@ -116,9 +116,11 @@ static nb_tensor *lm_forward(nb_module *self, nb_tensor *tokens)
     if (carried(u, emb, nb_tensor_shape(tokens)[0], &h0, &c0) != NB_OK) return NULL;
     nb_device dev = nb_tensor_device(emb);
     bool captured = u->stateful && nb__device_capturing(dev);
-    if (captured && (!h0 || h0 != u->h))
-        return nb__err_null(NB_ERR_UNSUPPORTED, "LSTMLM: a stateful model is captured in a CUDA graph from a carried "
-                            "state of this batch size on this device: take one step before capturing");
+    if (captured && (!h0 || h0 != u->h)) {
+        nb__device_capture_refuse(dev, "LSTMLM", "a stateful model needs a carried state of this batch size on "
+                                  "this device (take one step before capturing)");
+        return NULL;
+    }
     nb_tensor *out = nb_lstm_module_forward(nb_module_get_module(self, "rnn"), emb, h0, c0, u->stateful ? &hn : NULL,
                                             u->stateful ? &cn : NULL);
     if (!out) return NULL;

@@ -146,10 +146,30 @@ static nb_status add_to_group(nb_optim *o, int i, nb_tensor *p, nb_tensor *g, de
     return NB_OK;
 }
 
+/* While a device captures a graph, what its step cannot capture is refused before any parameter's
+ * state (buffers made by a captured fill that never runs, step counts) is touched. */
+static nb_status capture_check(const nb_optim *o, int lo, int hi)
+{
+    for (int i = lo; i < hi; i++) {
+        const nb_tensor *p = o->params[i];
+        if (!p->grad || p->storage->device.type == NB_DEVICE_CPU || !nb__device_capturing(p->storage->device)) continue;
+        const char *why = o->batch_kind != NB_OPTIM_SGD
+                              ? "only SGD's step can be captured yet (Adam's bias correction changes at every step; "
+                                "RMSprop's state would be made again by each replay)"
+                          : o->momentum != 0 && !o->st[i].started
+                              ? "SGD's first step makes the momentum buffers, which a replay would make again (take "
+                                "one step before capturing)"
+                              : NULL;
+        if (why) return nb__device_capture_refuse(p->storage->device, "optim step", why);
+    }
+    return NB_OK;
+}
+
 /* The updates of parameters [lo, hi) that have a grad, timed as one "optimizer_step": the CPU's
  * at once, a device's in one fused launch per (device, dtype). */
 static nb_status step_range(nb_optim *o, int lo, int hi)
 {
+    NB_TRY(capture_check(o, lo, hi));
     int64_t t0 = nb__prof_begin();
     bool prev = nb_set_grad_enabled(false);
     nb_scope *sc = nb_scope_begin();

@@ -114,6 +114,11 @@ static nb_status handle_of(int dev, cudnnHandle_t *h)
 {
     pthread_mutex_lock(&g_lock);
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+    if (!g_handle[dev] && nb__cuda_capturing(dev)) {
+        pthread_mutex_unlock(&g_lock);
+        return nb__cuda_capture_refuse(dev, "conv2d", "cuDNN's handle cannot be made inside it (run a convolution "
+                                       "before capturing)");
+    }
     if (!g_handle[dev]) s = cudnnCreate(&g_handle[dev]);
     *h = g_handle[dev];
     pthread_mutex_unlock(&g_lock);
@@ -223,6 +228,12 @@ static nb_status plan_get(cudnnHandle_t h, int dir, int dev, const nb_tensor *x,
             pthread_mutex_unlock(&g_lock);
             return NB_OK;
         }
+    if (nb__cuda_capturing(dev)) { /* cudnnFind* allocates, times and waits: not inside a capture */
+        pthread_mutex_unlock(&g_lock);
+        return nb__cuda_capture_refuse(dev, dir == 0 ? "conv2d" : "conv2d backward",
+                                       "cuDNN's algorithm search cannot run inside it (run this convolution once "
+                                       "before capturing)");
+    }
     /* made under the lock: a search runs once per shape, and two threads never search one shape */
     conv_plan *p = calloc(1, sizeof *p);
     nb_status st = p ? NB_OK : nb__err(NB_ERR_OOM, "conv2d: out of host memory for a cuDNN plan");

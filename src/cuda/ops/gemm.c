@@ -37,6 +37,11 @@ static nb_status handle_of(int dev, cublasHandle_t *out)
 {
     pthread_mutex_lock(&g_lock);
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (!g_handle[dev] && nb__cuda_capturing(dev)) {
+        pthread_mutex_unlock(&g_lock);
+        return nb__cuda_capture_refuse(dev, "bmm", "cuBLAS's handle cannot be made inside it (run a matmul before "
+                                       "capturing)");
+    }
     if (!g_handle[dev]) s = cublasCreate(&g_handle[dev]);
     *out = g_handle[dev];
     pthread_mutex_unlock(&g_lock);

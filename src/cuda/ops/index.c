@@ -16,9 +16,10 @@ static nb_status check_range(nb_op op, const nb_tensor *idx, int64_t size, int64
     if (n == 0) return NB_OK;
     nb_cuda_desc d = nb__cuda_desc(idx, idx);
     if (nb__cuda_capturing(dev)) { /* the verdict is read after a replay (nb_cuda_graph_check) */
-        unsigned long long *slot = nb__cuda_graph_check_slot(dev, op, idx, size, dim);
+        unsigned long long *sticky = NULL, *slot = nb__cuda_graph_check_slot(dev, op, size, dim, &sticky);
         if (!slot) return nb_last_status();
         cudaError_t e = nb_cuda_launch_index_check(&d, n, size, slot, s);
+        if (e == cudaSuccess) e = nb_cuda_launch_index_latch(&d, slot, sticky, s);
         return e == cudaSuccess ? NB_OK : nb__cuda_err(e, nb__op_name(op));
     }
     unsigned long long *bad = nb__cuda_alloc(dev, sizeof *bad), host_bad = ~0ULL;

@@ -28,6 +28,21 @@ __global__ void check_kernel(const void *idx, bool i32, nb_cuda_desc d, int64_t 
     }
 }
 
+// one thread: latches the first bad position of a capture's check and the value there
+__global__ void latch_kernel(const void *idx, bool i32, nb_cuda_desc d, const unsigned long long *cur,
+                             unsigned long long *sticky)
+{
+    unsigned long long i = *cur;
+    if (i == ~0ULL || sticky[0] != ~0ULL) return;
+    int64_t off = 0, r = (int64_t)i;
+    for (int k = d.ndim - 1; k >= 0; k--) {
+        off += (r % d.shape[k]) * d.strides[k];
+        r /= d.shape[k];
+    }
+    sticky[0] = i;
+    sticky[1] = (unsigned long long)read_idx(idx, off, i32);
+}
+
 template <typename E> __device__ __forceinline__ void add_at(E *p, E v);
 template <> __device__ __forceinline__ void add_at<float>(float *p, float v) { atomicAdd(p, v); }
 template <> __device__ __forceinline__ void add_at<double>(double *p, double v) { atomicAdd(p, v); }
@@ -84,6 +99,13 @@ extern "C" cudaError_t nb_cuda_launch_index_check(const nb_cuda_desc *idx, int64
 {
     if (n == 0) return cudaSuccess;
     check_kernel<<<grid_for(n), 256, 0, s>>>(idx->data, idx->dtype == 3 /* int32 */, *idx, n, size, bad);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t nb_cuda_launch_index_latch(const nb_cuda_desc *idx, const unsigned long long *cur,
+                                                  unsigned long long *sticky, cudaStream_t s)
+{
+    latch_kernel<<<1, 1, 0, s>>>(idx->data, idx->dtype == 3 /* int32 */, *idx, cur, sticky);
     return cudaGetLastError();
 }
 
