@@ -190,6 +190,14 @@ static void run_defers(nb_cuda_graph *g, bool run)
     g->n_defers = 0;
 }
 
+/* Ends a capture that will not become a graph, keeping nothing of it. */
+static void drop_capture(nb_cuda_graph *g)
+{
+    cudaGraph_t dropped = NULL;
+    if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
+    (void)cudaGetLastError();
+}
+
 /* ---- the graph's life ------------------------------------------------------------------------ */
 
 nb_cuda_graph *nb_cuda_graph_create(int index)
@@ -244,9 +252,7 @@ nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g)
     if (e == cudaSuccess) e = cudaMemsetAsync(g->slots, 0xff, MAX_CHECKS * sizeof *g->slots, g->stream->handle);
     nb__cuda_leave(prev);
     if (e != cudaSuccess) {
-        cudaGraph_t dropped = NULL;
-        if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
-        (void)cudaGetLastError();
+        drop_capture(g);
         nb__devpool_private_end(pool, g->pool_id);
         nb__devpool_private_release(pool, g->pool_id);
         g->pool_id = 0;
@@ -358,9 +364,7 @@ void nb_cuda_graph_free(nb_cuda_graph *g)
     int d = g->device;
     if (g->capturing) { /* abandoned mid-capture: end it, keep nothing */
         run_defers(g, false);
-        cudaGraph_t dropped = NULL;
-        if (cudaStreamEndCapture(g->stream->handle, &dropped) == cudaSuccess && dropped) cudaGraphDestroy(dropped);
-        (void)cudaGetLastError();
+        drop_capture(g);
         t_capture[d] = NULL;
         if (g->prev_stream) nb_cuda_set_stream(g->prev_stream);
         nb_devpool *pool = nb__cuda_pool(d);

@@ -14,16 +14,9 @@ nb_status nb__cuda_fused_optim(int index, const nb_optim_batch *b)
     if (nchunks == 0) return NB_OK;
     size_t ebytes = (size_t)b->count * sizeof(nb_optim_entry), cbytes = (size_t)nchunks * sizeof(nb_cuda_chunk);
     size_t off = (ebytes + 15) / 16 * 16, total = off + cbytes;
+    /* (what a capture cannot replay was refused by src/optim/optim.c before any state changed) a
+     * captured copy reads its host buffer again at every replay: pinned, kept by the graph */
     bool capturing = nb__cuda_capturing(index);
-    if (capturing && b->kind != NB_OPTIM_SGD)
-        return nb__cuda_capture_refuse(index, "optim step", "only SGD's step can be captured yet (Adam's bias "
-                                       "correction changes at every step; RMSprop's state would be made again by "
-                                       "each replay)");
-    for (int i = 0; capturing && b->momentum != 0 && i < b->count; i++)
-        if (b->e[i].first)
-            return nb__cuda_capture_refuse(index, "optim step", "SGD's first step makes the momentum buffers, which "
-                                           "a replay would make again (take one step before capturing)");
-    /* a captured copy reads its host buffer again at every replay: pinned, kept by the graph */
     char *host = capturing ? nb__cuda_graph_host_buffer(index, total) : malloc(total);
     if (!host) return capturing ? nb_last_status() : nb__err(NB_ERR_OOM, "optim step: out of host memory");
     memcpy(host, b->e, ebytes);
