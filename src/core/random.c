@@ -96,11 +96,16 @@ static bool wide_elements(nb_op op, nb_dtype dt)
     return op == NB_OP_RANDINT || dt == NB_FLOAT64;
 }
 
-/* Reserves the counters for out's elements and runs op's kernel. */
+/* Reserves the counters for out's elements and runs op's kernel. Inside a CUDA graph capture it
+ * refuses before reserving, so that the generator is left as it was. */
 static nb_status generate(nb_op op, nb_tensor *out, nb_generator *g, nb_kargs *a)
 {
     int64_t n = nb__numel(out->shape, out->ndim);
     if (n == 0) return NB_OK;
+    if (nb__device_capturing(out->storage->device))
+        return nb__device_capture_refuse(out->storage->device, nb__op_name(op),
+                                         "random numbers drawn in a capture would be the same at every replay "
+                                         "(not supported yet)");
     uint64_t per = (uint64_t)nb__philox_per_counter(wide_elements(op, out->dtype));
     reserve(g ? g : default_generator(out->storage->device), ((uint64_t)n + per - 1) / per, a);
     a->out = out;

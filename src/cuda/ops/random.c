@@ -17,10 +17,6 @@ nb_status nb_cuda_k_random(nb_op op, const nb_kargs *a)
                        nb_dtype_name(dt));
     int64_t n = nb_tensor_numel(a->out);
     if (n == 0) return NB_OK;
-    if (nb__cuda_capturing(a->out->storage->device.index))
-        return nb__cuda_capture_refuse(a->out->storage->device.index, nb__op_name(op),
-                                       "random numbers drawn in a capture would be the same at every replay "
-                                       "(not supported yet)");
     int per = nb__philox_per_counter(op == NB_OP_RANDINT || dt == NB_FLOAT64);
     int dev = a->out->storage->device.index;
     int prev = nb__cuda_enter(dev);
