@@ -260,6 +260,35 @@ static void test_idx_errors(void **state)
     write_file("crc.idx.gz", z, zn);
     NBT_FAILS(nb_read_idx(tmp_path("crc.idx.gz")) == NULL, NB_ERR_FORMAT, "crc.idx.gz", "gzip", NULL);
     NBT_FAILS(nb_read_idx(NULL) == NULL, NB_ERR_INVALID_ARG, "read_idx", NULL);
+    /* a short file announcing 2^39 elements is refused before 512 GB are allocated: a plain file
+     * holds its size less the header; a gzip stream at most 1032 bytes per compressed byte */
+    uint32_t huge[2] = {1u << 20, 1u << 19};
+    n = make_idx(buf, huge, 2, 7);
+    write_file("huge.idx", buf, n);
+    NBT_FAILS(nb_read_idx(tmp_path("huge.idx")) == NULL, NB_ERR_FORMAT, "huge.idx", "[1048576, 524288]",
+              "need 549755813888 bytes", "has 7", NULL);
+    g = gzopen(tmp_path("huge.idx.gz"), "wb");
+    assert_int_equal(gzwrite(g, buf, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(g), Z_OK);
+    NBT_FAILS(nb_read_idx(tmp_path("huge.idx.gz")) == NULL, NB_ERR_FORMAT, "huge.idx.gz", "need 549755813888 bytes",
+              "more than a gzip stream", NULL);
+    /* a gzip stream that really expands 1000-fold is read (the bound is not too tight) */
+    uint32_t runs[1] = {200000};
+    static uint8_t zeros[4 + 4 + 200000];
+    n = make_idx(zeros, runs, 1, 0);
+    g = gzopen(tmp_path("runs.idx.gz"), "wb9");
+    assert_int_equal(gzwrite(g, zeros, (unsigned)(n + 200000)), (int)(n + 200000));
+    assert_int_equal(gzclose(g), Z_OK);
+    f = fopen(tmp_path("runs.idx.gz"), "rb");
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long zsize = ftell(f);
+    fclose(f);
+    assert_true(zsize * 200 < 200000); /* compressed more than 200-fold */
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *t = NBT_CHECK(nb_read_idx(tmp_path("runs.idx.gz")));
+    assert_int_equal(nb_tensor_numel(t), 200000);
+    assert_int_equal(((uint8_t *)nb_tensor_data_ptr(t))[199999], 0);
+    nb_scope_end(s);
 }
 
 static void test_mnist_dir_errors(void **state)

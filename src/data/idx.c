@@ -5,6 +5,7 @@
  * big-endian, row-major. */
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "core/error_impl.h"
@@ -89,6 +90,20 @@ static nb_status read_header(gzFile f, const char *path, nb_dtype *dt, int64_t *
     return NB_OK;
 }
 
+/* The most data bytes the file can hold after its header, so that a short file announcing a huge
+ * shape is refused before anything is allocated: a plain file holds its size less the header, a
+ * gzip stream at most 1032 bytes per compressed byte (deflate's largest ratio). -1 when the size
+ * cannot be known (not a regular file). */
+static int64_t data_capacity(gzFile f, const char *path, int ndim, bool *plain)
+{
+    struct stat sb;
+    *plain = gzdirect(f) != 0;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return -1;
+    int64_t size = (int64_t)sb.st_size;
+    if (*plain) return size - 4 - 4 * (int64_t)ndim;
+    return size > INT64_MAX / 1032 ? INT64_MAX : size * 1032;
+}
+
 static nb_tensor *read_body(gzFile f, const char *path, nb_dtype dt, const int64_t *shape, int ndim)
 {
     char sbuf[NB_SHAPE_STR_MAX];
@@ -98,9 +113,19 @@ static nb_tensor *read_body(gzFile f, const char *path, nb_dtype dt, const int64
             return nb__err_null(NB_ERR_FORMAT, "read_idx: %s: dims %s are too large", path, nb__shape_str(shape, ndim, sbuf));
         numel *= shape[i];
     }
+    int64_t need = numel * (int64_t)nb_dtype_size(dt);
+    bool plain = false;
+    int64_t cap = data_capacity(f, path, ndim, &plain);
+    if (cap >= 0 && need > cap) {
+        if (plain)
+            return nb__err_null(NB_ERR_FORMAT, "read_idx: %s: dims %s need %lld bytes of data, the file has %lld", path,
+                                nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)cap);
+        return nb__err_null(NB_ERR_FORMAT,
+                            "read_idx: %s: dims %s need %lld bytes of data, more than a gzip stream of %lld bytes can hold",
+                            path, nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)(cap / 1032));
+    }
     nb_tensor *t = nb__tensor_new_named("read_idx", shape, ndim, dt, nb_cpu());
     if (!t) return NULL;
-    int64_t need = numel * (int64_t)nb_dtype_size(dt);
     const char *zerr = NULL;
     int64_t got = gz_read_all(f, nb__data(t), need, &zerr);
     if (got >= 0 && got == need) {
