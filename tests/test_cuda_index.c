@@ -1,6 +1,7 @@
 /* The CUDA index kernels against the CPU's results: index_select, gather, scatter (tensor and
  * scalar), scatter_add and index_add with repeated indices, masked_fill, one_hot, embedding with
- * its backward, cross entropy with its backward, and the out-of-range errors. Exits 77 (ctest:
+ * its backward, cross entropy with its backward (targets kept on the device), and the
+ * out-of-range errors. Exits 77 (ctest:
  * Skipped) on a machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -90,6 +91,47 @@ static void test_embedding_and_loss(void **state)
     nb_scope_end(s);
 }
 
+/* Class-index losses on CUDA keep their targets on the device (nothing read back): ignore_index,
+ * class weights, int32 targets, the three reductions and label smoothing against the CPU's host
+ * path, values and gradients; a bad target is an error naming the loss, the value and the class
+ * count; the backward's trusted scatter_add gives the checked op's result. */
+static void test_loss_targets_on_device(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    int64_t sl[2] = {40, 13}, sy[1] = {40}, sw[1] = {13};
+    nb_tensor *lg = randn(sl, 2), *y = randint(13, sy, 1, NB_INT64);
+    nb_tensor *ignored = NBT_CHECK(nb_lt_scalar(NBT_CHECK(nb_rand(sy, 1, NULL)), 0.25));
+    y = NBT_CHECK(nb_where(ignored, NBT_CHECK(nb_full_like(y, -100)), y));
+    nb_tensor *w = NBT_CHECK(nb_add_scalar(NBT_CHECK(nb_rand(sw, 1, NULL)), 0.5));
+    const nb_reduction red[3] = {NB_REDUCE_MEAN, NB_REDUCE_SUM, NB_REDUCE_NONE};
+    for (int k = 0; k < 12; k++) {
+        nb_cross_entropy_params ph = nb_cross_entropy_params_default(), pd = ph;
+        ph.reduction = pd.reduction = red[k % 3];
+        if (k & 4) ph.weight = w, pd.weight = nbt_to_cuda(w);
+        if (k & 8) ph.label_smoothing = pd.label_smoothing = 0.1;
+        nb_tensor *yt = (k / 3) % 2 ? NBT_CHECK(nb_to_dtype(y, NB_INT32)) : y;
+        nb_tensor *lh = nbt_leaf(lg), *ld = NBT_CHECK(nb_tensor_retain(nbt_to_cuda(lg)));
+        NBT_OK(nb_tensor_set_requires_grad(ld, true));
+        nb_tensor *ch = NBT_CHECK(nb_cross_entropy(lh, yt, &ph)), *cd = NBT_CHECK(nb_cross_entropy(ld, nbt_to_cuda(yt), &pd));
+        nbt_assert_close_host(cd, ch, 1e-5, "cross_entropy, targets on the device");
+        nb_tensor *g = NBT_CHECK(nb_ones_like(ch));
+        NBT_OK(nb_backward(ch, g, 0));
+        NBT_OK(nb_backward(cd, nbt_to_cuda(g), 0));
+        nbt_assert_close_host(nb_tensor_grad(ld), nb_tensor_grad(lh), 1e-5, "cross_entropy backward, targets on the device");
+        nb_tensor_free(ld);
+    }
+    nb_tensor_params pd = nb_tensor_params_default();
+    pd.dtype = NB_INT64;
+    pd.device = NBT_CUDA0;
+    nb_tensor *bad = NBT_CHECK(nb_full(sy, 1, 13, &pd));
+    NBT_FAILS(nb_cross_entropy(nbt_to_cuda(lg), bad, NULL) == NULL, NB_ERR_INVALID_ARG, "cross_entropy: ", "index 13",
+              "size 13", NULL);
+    NBT_FAILS(nb_nll_loss(nbt_to_cuda(lg), NBT_CHECK(nb_full(sy, 1, -2, &pd)), NULL) == NULL, NB_ERR_INVALID_ARG,
+              "nll_loss: ", "index -2", NULL);
+    nb_scope_end(s);
+}
+
 /* sort and topk: stable, NaN the largest, along every dim, against the CPU */
 static void test_sort(void **state)
 {
@@ -122,6 +164,6 @@ int main(void)
 {
     if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_index_ops), cmocka_unit_test(test_embedding_and_loss),
-                                       cmocka_unit_test(test_sort)};
+                                       cmocka_unit_test(test_loss_targets_on_device), cmocka_unit_test(test_sort)};
     return NBT_RUN(tests);
 }

@@ -368,8 +368,9 @@ static void test_device_targets_large_ignore(void **state)
     nb_scope_end(s);
 }
 
-/* A bad target on the device path is the gather's error, which names the value; its message is
- * not the host path's, so this also shows that the device path does not scan the targets. */
+/* A bad target on the device path is the gather's error, which names the value, with the loss's
+ * name in front; its message is not the host path's, so this also shows that the device path does
+ * not scan the targets. */
 static void test_device_targets_errors(void **state)
 {
     (void)state;
@@ -382,9 +383,10 @@ static void test_device_targets_errors(void **state)
     nb_cross_entropy_params p = nb_cross_entropy_params_default();
     p.weight = NBT_CHECK(nb_ones(&sh[1], 1, NULL));
     nb__loss_device_targets(true);
-    NBT_FAILS(nb_cross_entropy(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG, "index 12 is out of range", "size 10", NULL);
-    NBT_FAILS(nb_cross_entropy(x, t12, &p) == NULL, NB_ERR_INVALID_ARG, "index 12 is out of range", NULL);
-    NBT_FAILS(nb_nll_loss(x, tneg, NULL) == NULL, NB_ERR_INVALID_ARG, "index -3 is out of range", NULL);
+    NBT_FAILS(nb_cross_entropy(x, t12, NULL) == NULL, NB_ERR_INVALID_ARG, "cross_entropy: gather: index 12 is out of range",
+              "size 10", NULL);
+    NBT_FAILS(nb_cross_entropy(x, t12, &p) == NULL, NB_ERR_INVALID_ARG, "cross_entropy: ", "index 12 is out of range", NULL);
+    NBT_FAILS(nb_nll_loss(x, tneg, NULL) == NULL, NB_ERR_INVALID_ARG, "nll_loss: gather: index -3 is out of range", NULL);
     NBT_FAILS(nb_cross_entropy(x, from(t32, &n3, 1, NB_INT32), NULL) == NULL, NB_ERR_INVALID_ARG,
               "index 11 is out of range", NULL);
     NBT_FAILS(nb_cross_entropy(x3, from(tsp, t2, 2, NB_INT64), NULL) == NULL, NB_ERR_INVALID_ARG,

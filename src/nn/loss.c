@@ -282,7 +282,22 @@ static atomic_bool device_targets_forced;
 
 void nb__loss_device_targets(bool on) { atomic_store(&device_targets_forced, on); }
 
-/* Checks, then runs nll_from_safe on lp (log-probabilities, or logits when log_softmax is set). */
+/* On the device path a bad target fails in the gather (or index_select) of the targets, whose
+ * message names the value and the class count: the loss's name goes in front. */
+static void name_loss(const char *op)
+{
+    const char *m = nb_last_error();
+    size_t n = strlen(op);
+    if (strncmp(m, op, n) == 0 && m[n] == ':') return;
+    char inner[600];
+    snprintf(inner, sizeof inner, "%s", m);
+    (void)nb__err(nb_last_status(), "%s: %s", op, inner);
+}
+
+/* Checks, then runs nll_from_safe on lp (log-probabilities, or logits when log_softmax is set).
+ * On the CPU the targets are scanned on the host (a fused cross entropy when it applies); on
+ * another device they stay there (device_targets), so the loss never waits for the device: a bad
+ * target is then the gather's range error, with the loss named. */
 static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
 {
     const nb_tensor *ins[3] = {c->lp, c->target, c->weight};
@@ -295,7 +310,7 @@ static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
     nb_scope *s = nb_scope_begin();
     if (!s) return NULL;
     nb_device dev = c->lp->storage->device;
-    bool on_device = atomic_load(&device_targets_forced) || nb__device_capturing(dev);
+    bool on_device = atomic_load(&device_targets_forced) || dev.type != NB_DEVICE_CPU;
     safe_targets tg = {0};
     nb_tensor *out = NULL;
     if ((on_device ? device_targets(c, &tg) : host_targets(c, dev, &tg)) == NB_OK) {
@@ -306,6 +321,7 @@ static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
         if (x) out = nll_from_safe(c, x, &tg, fused);
         if (out && c->lp->ndim == 1 && c->reduction == NB_REDUCE_NONE) out = nb_squeeze_dim(out, 0);
     }
+    if (!out && on_device) name_loss(c->op);
     return nb_scope_end_keep(s, out);
 }
 
