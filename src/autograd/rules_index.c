@@ -28,7 +28,9 @@ nb_status nb__bw_CAT(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     return NB_OK;
 }
 
-/* zeros of the edge's shape with g's rows added at index along dim (index_select's adjoint). */
+/* zeros of the edge's shape with g's rows added at index along dim (index_select's adjoint). The
+ * forward op checked the saved index's range (and the saved-tensor version check guards it since),
+ * so the device is told not to check again (trusted_index: on CUDA that check waits). */
 static nb_status index_add_zeros(const nb_edge *e, nb_tensor *g, int64_t dim, const nb_tensor *index,
                                  nb_tensor **out)
 {
@@ -38,7 +40,7 @@ static nb_status index_add_zeros(const nb_edge *e, nb_tensor *g, int64_t dim, co
     }
     nb_tensor *z = zeros_of(e->shape, e->ndim, g);
     if (!z) return nb_last_status();
-    NB_TRY(nb__dispatch(NB_OP_INDEX_ADD, &(nb_kargs){.out = z, .in = {index, g}, .i0 = dim}));
+    NB_TRY(nb__dispatch(NB_OP_INDEX_ADD, &(nb_kargs){.out = z, .in = {index, g}, .i0 = dim, .trusted_index = true}));
     *out = z;
     return NB_OK;
 }
@@ -61,11 +63,15 @@ nb_status nb__bw_EMBEDDING(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     return index_add_zeros(e, g2, 0, flat, &grad_in[0]);
 }
 
-/* g scattered-added into zeros of the edge's shape along dim (gather's adjoint). */
+/* g scattered-added into zeros of the edge's shape along dim (gather's adjoint), with the saved,
+ * forward-checked index trusted as in index_add_zeros; a 0-dim operand takes the public op. */
 static nb_tensor *scatter_add_zeros(const nb_edge *e, nb_tensor *g, int64_t dim, const nb_tensor *index)
 {
     nb_tensor *z = zeros_of(e->shape, e->ndim, g);
-    return z ? nb_scatter_add(z, dim, index, g) : NULL;
+    if (!z) return NULL;
+    if (e->ndim == 0 || index->ndim == 0 || g->ndim == 0) return nb_scatter_add(z, dim, index, g);
+    nb_kargs k = {.out = z, .in = {index, g}, .i0 = dim, .trusted_index = true};
+    return nb__dispatch(NB_OP_SCATTER_ADD, &k) == NB_OK ? z : NULL;
 }
 
 nb_status nb__bw_GATHER(nb_node *node, nb_tensor *g, nb_tensor **grad_in)

@@ -28,6 +28,9 @@ typedef struct nb_kargs {
     int64_t i0, i1;
     uint32_t dim_mask; /* reductions: bit d set = reduce dim d */
     bool flag;
+    /* index ops: every index is known to be in range (a backward rule's saved indices, checked by
+     * the forward op): a device may skip its range check, which on CUDA waits for the stream */
+    bool trusted_index;
     uint64_t seed, offset; /* random: Philox key and the first counter */
 } nb_kargs;
 

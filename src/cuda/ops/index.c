@@ -1,19 +1,22 @@
 /* CUDA kernels' C side for the index family: the CPU kernels' checks (index dtype, every index in
  * range before anything is written: an error naming the op, the value, the dim and its size), then
  * one walk of index.cu. The range check reads its verdict back, so these ops wait for the stream;
- * a check that stays on the device (a deferred error) is left for when it can be measured. */
+ * a check that stays on the device (a deferred error) is left for when it can be measured. The
+ * backward rules' index ops (index_add for index_select and embedding, scatter_add for gather)
+ * pass trusted_index: their saved indices passed the forward op's check, so they do not wait. */
 #include <string.h>
 
 #include "core/tensor_impl.h"
 #include "cuda/cuda_impl.h"
 
-static nb_status check_range(nb_op op, const nb_tensor *idx, int64_t size, int64_t dim, int dev, cudaStream_t s)
+static nb_status check_range(nb_op op, const nb_kargs *a, const nb_tensor *idx, int64_t size, int64_t dim, int dev,
+                             cudaStream_t s)
 {
     if (idx->dtype != NB_INT64 && idx->dtype != NB_INT32)
         return nb__err(NB_ERR_DTYPE, "%s: index must be int64 or int32, got %s", nb__op_name(op),
                        nb_dtype_name(idx->dtype));
     int64_t n = nb_tensor_numel(idx);
-    if (n == 0) return NB_OK;
+    if (n == 0 || a->trusted_index) return NB_OK;
     nb_cuda_desc d = nb__cuda_desc(idx, idx);
     if (nb__cuda_capturing(dev)) { /* the verdict is read after a replay (nb_cuda_graph_check) */
         unsigned long long *sticky = NULL, *slot = nb__cuda_graph_check_slot(dev, op, size, dim, &sticky);
@@ -71,19 +74,19 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
     case NB_OP_INDEX_SELECT:
         src = a->in[0], idx = a->in[1], shape_of = out;
         x.lim = src->shape[dim];
-        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
+        NB_TRY(check_range(op, a, idx, x.lim, dim, dev, s));
         x.idx_1d = x.sub_a = true;
         break;
     case NB_OP_INDEX_ADD:
         idx = a->in[0], src = a->in[1], shape_of = src;
         x.lim = out->shape[dim];
-        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
+        NB_TRY(check_range(op, a, idx, x.lim, dim, dev, s));
         x.idx_1d = x.sub_out = true;
         break;
     case NB_OP_GATHER:
         src = a->in[0], idx = a->in[1], shape_of = idx;
         x.lim = src->shape[dim];
-        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
+        NB_TRY(check_range(op, a, idx, x.lim, dim, dev, s));
         x.sub_a = true;
         break;
     case NB_OP_SCATTER:
@@ -91,7 +94,7 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
         idx = a->in[0], src = a->in[1], shape_of = idx;
         if (!src && op == NB_OP_SCATTER_ADD) return nb__err(NB_ERR_INVALID_ARG, "scatter_add: no source tensor");
         x.lim = out->shape[dim];
-        NB_TRY(check_range(op, idx, x.lim, dim, dev, s));
+        NB_TRY(check_range(op, a, idx, x.lim, dim, dev, s));
         if (!src) {
             x.mode = NB_CUDA_INDEX_VALUE;
             NB_TRY(nb__value_bits(op, out->dtype, a->s0, &x.bits));
@@ -111,7 +114,7 @@ static nb_status run(nb_op op, const nb_kargs *a, int dev, cudaStream_t s)
         idx = a->in[0], shape_of = idx;
         int64_t classes = out->shape[out->ndim - 1];
         x.lim = classes;
-        NB_TRY(check_range(op, idx, classes, 0, dev, s));
+        NB_TRY(check_range(op, a, idx, classes, 0, dev, s));
         nb_cuda_desc o = nb__cuda_desc(out, out);
         cudaError_t e = nb_cuda_launch_fill(&o, 0, nb_tensor_numel(out), s);
         if (e != cudaSuccess) return nb__cuda_err(e, "one_hot");
