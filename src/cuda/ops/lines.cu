@@ -175,7 +175,8 @@ extern "C" cudaError_t nb_cuda_launch_softmax(int op, const nb_cuda_lines *p, in
     const bool contig = p->sd[0] == 1 && p->sd[1] == 1 && (!back || p->sd[2] == 1);
     if (contig && (dtype == F32 || dtype == F64)) {
         const size_t es = dtype == F32 ? 4 : 8, line = (size_t)p->D * es;
-        const bool stage = !back && line <= 48 * 1024;
+        /* static (sh: 32 doubles) and dynamic shared memory together stay within 48 KiB */
+        const bool stage = !back && line <= 48 * 1024 - 32 * sizeof(double);
         const size_t smem = stage ? line : 0;
         if (dtype == F32) {
             if (back) softmax_bwd_c<float><<<g, THREADS, 0, s>>>(*p, log_form);

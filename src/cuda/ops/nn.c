@@ -17,6 +17,8 @@ static nb_status check(nb_op op, nb_dtype dt)
 nb_status nb_cuda_k_pool(nb_op op, const nb_kargs *a)
 {
     NB_TRY(check(op, a->out->dtype));
+    if (op == NB_OP_MAX_POOL2D && a->flag) /* the front end runs max_pool2d_relu as two ops here */
+        return nb__err(NB_ERR_INTERNAL, "max_pool2d: the CUDA kernel has no fused ReLU");
     bool back = op == NB_OP_MAX_POOL2D_BACKWARD || op == NB_OP_AVG_POOL2D_BACKWARD ||
                 op == NB_OP_ADAPTIVE_AVG_POOL2D_BACKWARD;
     const nb_tensor *x = back ? a->out : a->in[0], *y = back ? a->in[0] : a->out;
@@ -54,6 +56,8 @@ nb_status nb_cuda_k_batchnorm(nb_op op, const nb_kargs *a)
     if (!back && op != NB_OP_BATCH_NORM)
         return nb__err(NB_ERR_INTERNAL, "batchnorm: op %s is not in this family", nb__op_name(op));
     if (!back && a->i0) return bn_running(a);
+    if (a->i1 || a->in[3] || a->out3) /* the front ends fuse ReLU and residual on the CPU only */
+        return nb__err(NB_ERR_INTERNAL, "%s: the CUDA kernels have no fused ReLU or residual", nb__op_name(op));
     const nb_tensor *x = back ? a->in[1] : a->in[0];
     NB_TRY(check(op, x->dtype));
     const nb_tensor *dense[3] = {x, a->out, back ? a->in[0] : NULL};
