@@ -113,6 +113,19 @@ static void test_clip(void **state)
     NBT_OK(nb_clip_grad_norm_(&dp, 1, 5, 2, NULL));
     nbt_assert_close(NBT_CHECK(nb_to(nb_tensor_grad(dp), nb_cpu())), nb_tensor_grad(hp), 1e-6, 1e-6,
                      "clipped grad (no norm read back)");
+    /* ...which the comparison above cannot tell from the host path: a CUDA graph capture, which
+     * refuses any read-back, can; its replay clips the same gradient again */
+    NBT_OK(nb_tensor_set_grad(dp, NBT_CHECK(nb_to(g2, NBT_CUDA0))));
+    nb_cuda_graph *cg = NBT_CHECK(nb_cuda_graph_create(0));
+    NBT_OK(nb_cuda_graph_capture_begin(cg));
+    nb_status cs = nb_clip_grad_norm_(&dp, 1, 5, 2, NULL);
+    nb_status ce = nb_cuda_graph_capture_end(cg);
+    NBT_OK(cs);
+    NBT_OK(ce);
+    NBT_OK(nb_cuda_graph_replay(cg));
+    nbt_assert_close(NBT_CHECK(nb_to(nb_tensor_grad(dp), nb_cpu())), nb_tensor_grad(hp), 1e-6, 1e-6,
+                     "clipped grad (captured, replayed)");
+    nb_cuda_graph_free(cg);
     nb_tensor_free(dp);
     nb_scope_end(s);
 }
