@@ -364,6 +364,28 @@ static void test_sched_state(void **state)
     }
     NBT_FAILS(nb_lr_scheduler_load_state_dict(sb, m, "x.") != NB_OK, NB_ERR_FORMAT, "missing entry", "x.last_epoch",
               NULL);
+    /* counts that are not whole numbers a step can reach (1e30 overflowed the conversion to an
+     * integer, found by tests/fuzz), and learning rates no optimizer takes; each leaves sb as it was */
+    const struct { const char *key; double v; const char *want; } bad[] = {
+        {"s.last_epoch", 1e30, "'s.last_epoch' is 1e+30, not a count in [-1, 2^62]"},
+        {"s.last_epoch", NAN, "'s.last_epoch' is nan"},
+        {"s.last_epoch", -2, "not a count in [-1, 2^62]"},
+        {"s.step_count", 2.5, "'s.step_count' is 2.5, not a count in [0, 2^62]"},
+        {"s.base_lr", -0.1, "'s.base_lr' is -0.1, not a learning rate"},
+        {"s.base_lr", NAN, "not a learning rate"},
+    };
+    double before = nb_lr_scheduler_get_last_lr(sb);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        nb_tensor_map *mb = NBT_CHECK(nb_tensor_map_create());
+        NBT_OK(nb_lr_scheduler_state_dict(sa, mb, "s."));
+        NBT_OK(nb_tensor_map_set(mb, bad[i].key, NBT_CHECK(nb_scalar_tensor(bad[i].v, NULL))));
+        NBT_FAILS(nb_lr_scheduler_load_state_dict(sb, mb, "s.") != NB_OK, NB_ERR_FORMAT, "lr_scheduler load_state_dict",
+                  bad[i].want, NULL);
+        nb_tensor_map_free(mb);
+    }
+    NBT_OK(nb_lr_scheduler_step(sb));
+    NBT_OK(nb_lr_scheduler_step(sa));
+    assert_true(nb_lr_scheduler_get_last_lr(sa) == nb_lr_scheduler_get_last_lr(sb) && before > 0);
     nb_tensor_map_free(m);
     nb_lr_scheduler_free(sa);
     nb_lr_scheduler_free(sb);
@@ -498,6 +520,37 @@ static void test_bad_state_dicts(void **state)
     NBT_OK(nb_tensor_map_set(m, "state.0.step", NBT_CHECK(nb_scalar_tensor(2, NULL))));
     NBT_FAILS(nb_optim_load_state_dict(o, m, NULL) != NB_OK, NB_ERR_FORMAT, "missing entry", "state.0.exp_avg", NULL);
     nb_tensor_map_free(m);
+
+    /* values the constructors refuse, and step counts that are not whole numbers a run reaches
+     * (1e30 overflowed the conversion to an integer, found by tests/fuzz) */
+    const struct { const char *key; int64_t n; double v0, v1; const char *want; } bad[] = {
+        {"opt/state.0.step", 0, 1e30, 0, "'opt/state.0.step' is 1e+30, not a step count"},
+        {"opt/state.0.step", 0, 2.5, 0, "'opt/state.0.step' is 2.5, not a step count"},
+        {"opt/state.0.step", 0, NAN, 0, "not a step count"},
+        {"opt/param_groups.0.lr", 0, -1, 0, "'opt/param_groups.0.lr' is -1: lr must be >= 0"},
+        {"opt/param_groups.0.eps", 0, NAN, 0, "eps must be >= 0"},
+        {"opt/param_groups.0.betas", 2, 0.9, 1.5, "'opt/param_groups.0.betas' is 1.5: betas must be in [0, 1)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        m = adam_state(p, false);
+        nb_tensor *v = bad[i].n ? NBT_CHECK(nb_tensor_from_data((double[]){bad[i].v0, bad[i].v1}, &bad[i].n, 1,
+                                                                &(nb_tensor_params){.dtype = NB_FLOAT64}))
+                                : NBT_CHECK(nb_scalar_tensor(bad[i].v0, NULL));
+        NBT_OK(nb_tensor_map_set(m, bad[i].key, v));
+        NBT_FAILS(nb_optim_load_state_dict(o, m, "opt/") != NB_OK, NB_ERR_FORMAT, bad[i].want, NULL);
+        nb_tensor_map_free(m);
+    }
+    nb_sgd_params nest = nb_sgd_params_default();
+    nest.momentum = 0.9;
+    nest.nesterov = true;
+    nb_optim *sn = NBT_CHECK(nb_optim_sgd(&p, 1, &nest));
+    m = NBT_CHECK(nb_tensor_map_create());
+    NBT_OK(nb_optim_state_dict(sn, m, NULL));
+    NBT_OK(nb_tensor_map_set(m, "param_groups.0.dampening", NBT_CHECK(nb_scalar_tensor(0.5, NULL))));
+    NBT_FAILS(nb_optim_load_state_dict(sn, m, NULL) != NB_OK, NB_ERR_FORMAT, "dampening' is 0.5, but nesterov needs 0",
+              NULL);
+    nb_tensor_map_free(m);
+    nb_optim_free(sn);
 
     nb_optim *s = NBT_CHECK(nb_optim_sgd(&p, 1, NULL));
     NBT_FAILS(nb_optim_load_state_dict(s, good, "opt/") != NB_OK, NB_ERR_INVALID_ARG, "adam optimizer", "sgd", NULL);

@@ -249,8 +249,16 @@ nb_status nb_lr_scheduler_load_state_dict(nb_lr_scheduler *s, const nb_tensor_ma
         if (!t || nb_item(t, &vals[i]) != NB_OK) st = nb__err(NB_ERR_FORMAT, "%s: '%s' is not a single number", op, k);
     }
     nb_scope_end(sc);
-    if (st == NB_OK && (vals[0] < -1 || vals[1] < 0))
-        st = nb__err(NB_ERR_FORMAT, "%s: invalid last_epoch %g or step_count %g", op, vals[0], vals[1]);
+    /* whole counts a step can reach (no float-to-integer overflow), and a learning rate the
+     * optimizers accept */
+    const double most = 0x1p62;
+    for (int i = 0; i < 2 && st == NB_OK; i++)
+        if (!(vals[i] >= (i == 0 ? -1 : 0) && vals[i] <= most) || vals[i] != floor(vals[i]))
+            st = nb__err(NB_ERR_FORMAT, "%s: '%s%s' is %g, not a count in [%d, 2^62]", op, prefix ? prefix : "",
+                         names[i], vals[i], i == 0 ? -1 : 0);
+    if (st == NB_OK && !(vals[2] >= 0))
+        st = nb__err(NB_ERR_FORMAT, "%s: '%s%s' is %g, not a learning rate (>= 0)", op, prefix ? prefix : "", names[2],
+                     vals[2]);
     if (st != NB_OK) return st;
     s->last_epoch = (int64_t)vals[0];
     s->step_count = (int64_t)vals[1];

@@ -1,5 +1,6 @@
 /* The optimizer shell: parameters, step driver, zero_grad, lr, and state save/load. The update
  * formulas live in sgd.c, adam.c and rmsprop.c. */
+#include <math.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,17 @@ static bool structural(const char *name)
            !strcmp(name, "momentum");
 }
 
+/* What is wrong with value v of hyper-parameter `name`, as the constructors check it (NULL: fine;
+ * the flags are checked against the optimizer's own, as structural). */
+static const char *hyper_problem(const char *name, double v)
+{
+    if (!strcmp(name, "betas")) return v >= 0 && v < 1 ? NULL : "must be in [0, 1)";
+    if (!strcmp(name, "alpha")) return v >= 0 && v <= 1 ? NULL : "must be in [0, 1]";
+    if (!strcmp(name, "dampening")) return v == v ? NULL : "must be a number";
+    if (!strcmp(name, "amsgrad") || !strcmp(name, "centered") || !strcmp(name, "nesterov")) return NULL;
+    return v >= 0 ? NULL : "must be >= 0"; /* lr, eps, weight_decay, momentum */
+}
+
 /* Reads the hyper-parameters into vals (2 slots each). Runs inside the caller's scope. */
 static nb_status load_hyper(const nb_optim *o, const nb_tensor_map *m, const char *prefix, double *vals)
 {
@@ -364,9 +376,16 @@ static nb_status load_hyper(const nb_optim *o, const nb_tensor_map *m, const cha
                 return nb__err(NB_ERR_INVALID_ARG,
                                "%s: '%s' is %g but the optimizer has %g (its state would not fit)", op, k,
                                buf[c], cur);
+            const char *bad = hyper_problem(hy->name, buf[c]);
+            if (bad) return nb__err(NB_ERR_FORMAT, "%s: '%s' is %g: %s %s", op, k, buf[c], hy->name, bad);
             vals[2 * h + c] = buf[c];
         }
     }
+    /* SGD's Nesterov momentum needs zero dampening, as its constructor says */
+    for (int h = 0; h < o->nhyper; h++)
+        if (!strcmp(o->hyper[h].name, "dampening") && o->kind == NB__SGD && o->nesterov != 0 && vals[2 * h] != 0)
+            return nb__err(NB_ERR_FORMAT, "%s: '%sparam_groups.0.dampening' is %g, but nesterov needs 0", op,
+                           prefix ? prefix : "", vals[2 * h]);
     return NB_OK;
 }
 
@@ -401,7 +420,7 @@ static nb_status load_param(const nb_optim *o, const nb_tensor_map *m, const cha
             nb_tensor *t = nb_tensor_map_get(m, k);
             double v = 0;
             if (!t || nb_item(t, &v) != NB_OK) return nb__err(NB_ERR_FORMAT, "%s: '%s' is not a single number", op, k);
-            if (!(v >= 0) || v != (double)(int64_t)v)
+            if (!(v >= 0 && v <= 0x1p62) || v != floor(v)) /* (also: no float-to-integer overflow) */
                 return nb__err(NB_ERR_FORMAT, "%s: '%s' is %g, not a step count", op, k, v);
             s->step = (int64_t)v;
         }
