@@ -272,6 +272,11 @@ static void test_idx_errors(void **state)
     assert_int_equal(gzclose(g), Z_OK);
     NBT_FAILS(nb_read_idx(tmp_path("huge.idx.gz")) == NULL, NB_ERR_FORMAT, "huge.idx.gz", "need 549755813888 bytes",
               "more than a gzip stream", NULL);
+    /* an empty shape whose other sizes overflow the strides (found by tests/fuzz) */
+    uint32_t wide[4] = {0, 0xbabababau, 0xbabababau, 0xbabababau};
+    write_file("wide.idx", buf, make_idx(buf, wide, 4, 0));
+    NBT_FAILS(nb_read_idx(tmp_path("wide.idx")) == NULL, NB_ERR_OOM, "read_idx", "[0, 3132799674, 3132799674, 3132799674]",
+              "too large", NULL);
     /* a gzip stream that really expands 1000-fold is read (the bound is not too tight) */
     uint32_t runs[1] = {200000};
     static uint8_t zeros[4 + 4 + 200000];

@@ -87,6 +87,13 @@ static void test_creation_errors(void **state)
     int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     NBT_FAILS(nb_empty(nine, 9, NULL) == NULL, NB_ERR_INVALID_ARG, "9 dims", "at most 8", NULL);
     NBT_FAILS(nb_empty((int64_t[]){1 << 30, 1 << 30, 1 << 30}, 3, NULL) == NULL, NB_ERR_OOM, "too large", NULL);
+    /* an empty tensor's other sizes still make its strides: they must not overflow (found by
+     * tests/fuzz through read_idx) */
+    NBT_FAILS(nb_empty((int64_t[]){0, INT64_C(1) << 40, INT64_C(1) << 40}, 3, NULL) == NULL, NB_ERR_OOM,
+              "empty: shape [0, 1099511627776, 1099511627776] of float32 is too large", NULL);
+    nb_tensor *e0 = NBT_CHECK(nb_empty((int64_t[]){0, 1 << 20, 1 << 10}, 3, NULL));
+    assert_int_equal(nb_tensor_numel(e0), 0);
+    assert_int_equal(nb_tensor_strides(e0)[0], INT64_C(1) << 30);
     NBT_FAILS(nb_arange(0, 1, 0, NULL) == NULL, NB_ERR_INVALID_ARG, "arange", "step=0", NULL);
     NBT_FAILS(nb_arange(0, 5, -1, NULL) == NULL, NB_ERR_INVALID_ARG, "arange", "away from end", NULL);
     nb_tensor_params p = nb_tensor_params_default();

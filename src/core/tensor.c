@@ -55,22 +55,25 @@ static nb_status check_shape(const char *op, const int64_t *shape, int ndim, nb_
     if (ndim > 0 && !shape) return nb__err(NB_ERR_INVALID_ARG, "%s: NULL shape with %d dims", op, ndim);
     if ((unsigned)dtype >= NB_DTYPE_COUNT)
         return nb__err(NB_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+    /* The product of the sizes (a 0 counted as 1) bounds the strides as well as the bytes: an
+     * empty tensor's other sizes must not overflow its strides either. */
     size_t n = nb_dtype_size(dtype);
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             char s[NB_SHAPE_STR_MAX];
             return nb__err(NB_ERR_SHAPE, "%s: negative size in shape %s", op, nb__shape_str(shape, ndim, s));
         }
-        if (shape[i] > 0 && n > NB_MAX_BYTES / (size_t)shape[i]) {
+        size_t d = shape[i] > 1 ? (size_t)shape[i] : 1;
+        if (n > NB_MAX_BYTES / d) {
             char s[NB_SHAPE_STR_MAX];
             return nb__err(NB_ERR_OOM, "%s: shape %s of %s is too large", op,
                            nb__shape_str(shape, ndim, s), nb_dtype_name(dtype));
         }
-        n *= (size_t)shape[i];
+        n *= d;
+        empty = empty || shape[i] == 0;
     }
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] == 0) n = 0;
-    *nbytes = n;
+    *nbytes = empty ? 0 : n;
     return NB_OK;
 }
 
