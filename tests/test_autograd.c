@@ -1,6 +1,7 @@
 /* The autograd engine: accumulation, retain_graph, no-grad, detach, leaves, version counters,
  * in-place ops on views, and memory across steps. Expected gradients are hand-computed. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,46 @@ static void test_first_grad_ownership(void **state)
     nb_scope_end(s);
 }
 
+/* 100000 chained ops on a thread with a 512 KB stack: backward through the chain, then the
+ * chain dropped with its last tensor. Releasing a graph recursively took several MB of stack
+ * there (a 300000-op chain crashed on an 8 MB main thread); it is a loop now. */
+static void *long_chain(void *arg)
+{
+    (void)arg;
+    nb_tensor_params p = F64;
+    p.requires_grad = true;
+    nb_tensor *x = nb_ones((int64_t[]){1}, 1, &p);
+    nb_tensor *y = x ? nb_tensor_retain(x) : NULL;
+    for (int i = 0; y && i < 100000; i++) {
+        nb_tensor *z = nb_mul_scalar(y, i % 2 ? 2.0 : 0.5);
+        nb_tensor_free(y);
+        y = z;
+    }
+    double g = 0;
+    bool ok = y && nb_backward(y, NULL, NB_RETAIN_GRAPH) == NB_OK;
+    nb_tensor *gx = ok ? nb_tensor_grad(x) : NULL; /* a new reference: no scope is open here */
+    ok = gx && nb_item(gx, &g) == NB_OK;
+    nb_tensor_free(gx);
+    nb_tensor_free(y); /* the whole chain goes here */
+    ok = ok && g == 1.0;
+    nb_tensor_free(x);
+    return ok ? arg : NULL;
+}
+
+static void test_long_graph_release(void **state)
+{
+    pthread_attr_t a;
+    assert_int_equal(pthread_attr_init(&a), 0);
+    assert_int_equal(pthread_attr_setstacksize(&a, 512 * 1024), 0);
+    pthread_t t;
+    int token = 1;
+    assert_int_equal(pthread_create(&t, &a, long_chain, &token), 0);
+    void *r = NULL;
+    assert_int_equal(pthread_join(t, &r), 0);
+    pthread_attr_destroy(&a);
+    assert_ptr_equal(r, &token);
+}
+
 static void test_memory_does_not_grow(void **state)
 {
     nb_tensor_params p = F64;
@@ -218,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_gradient),     cmocka_unit_test(test_no_grad_and_detach),
         cmocka_unit_test(test_version_counter),        cmocka_unit_test(test_inplace_history),
         cmocka_unit_test(test_memory_does_not_grow),     cmocka_unit_test(test_first_grad_ownership),
+        cmocka_unit_test(test_long_graph_release),
     };
     return NBT_RUN(tests);
 }

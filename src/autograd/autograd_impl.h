@@ -56,6 +56,8 @@ typedef struct nb_node {
     nb_tensor *grad_buf;
     /* A non-leaf output that asked to keep its gradient (weak: cleared when it is freed). */
     nb_tensor *retain_target;
+    /* nb__node_release's list of nodes to free (so that freeing a long chain is a loop) */
+    struct nb_node *dead_next;
 } nb_node;
 
 /* A backward rule: given the gradient of the node's output, computes grad_in[i] for each input

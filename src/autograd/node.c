@@ -24,9 +24,10 @@ bool nb__needs_grad(const nb_tensor *const *inputs, int n)
     return false;
 }
 
-void nb__node_release(nb_node *node)
+/* Frees a node whose last reference went, dropping its references to its inputs' nodes, leaves
+ * and saved tensors (which may free more nodes: they join the list). */
+static void node_free(nb_node *node)
 {
-    if (!node || atomic_fetch_sub(&node->refcount, 1) != 1) return;
     for (int i = 0; i < node->n_inputs; i++) {
         nb__node_release(node->next[i].fn);
         nb__release(node->next[i].leaf);
@@ -36,6 +37,26 @@ void nb__node_release(nb_node *node)
     free(node->next);
     free(node->extra);
     free(node);
+}
+
+/* Nodes whose last reference went, waiting to be freed by the outermost release on this thread:
+ * dropping a graph of a million chained ops is a loop, not a million nested calls. */
+static _Thread_local nb_node *tl_dead;
+static _Thread_local bool tl_freeing;
+
+void nb__node_release(nb_node *node)
+{
+    if (!node || atomic_fetch_sub(&node->refcount, 1) != 1) return;
+    node->dead_next = tl_dead;
+    tl_dead = node;
+    if (tl_freeing) return;
+    tl_freeing = true;
+    while (tl_dead) {
+        nb_node *n = tl_dead;
+        tl_dead = n->dead_next;
+        node_free(n);
+    }
+    tl_freeing = false;
 }
 
 nb_node *nb__node_new(nb_op op, const nb_tensor *const *inputs, int n)
