@@ -497,8 +497,9 @@ static void test_errors(void **state)
     NBT_FAILS(nb_embedding_module(3, 0, NULL) == NULL, NB_ERR_INVALID_ARG, "Embedding", "dim 0", NULL);
     NBT_FAILS(nb_dropout_module(1.5) == NULL, NB_ERR_INVALID_ARG, "Dropout", "1.5", NULL);
     /* a failed constructor inside Sequential: its error survives, the other children are freed */
-    nb_module *layers[3] = {nb_relu_module(), nb_linear_module(-1, 2, true, NULL), nb_tanh_module()};
-    NBT_FAILS(nb_sequential(layers, 3) == NULL, NB_ERR_INVALID_ARG, "Sequential", "child 1", "Linear", NULL);
+    NBT_FAILS(nb_sequential((nb_module *[]){nb_relu_module(), nb_linear_module(-1, 2, true, NULL), nb_tanh_module()}, 3) ==
+                  NULL,
+              NB_ERR_INVALID_ARG, "Sequential", "child 1", "Linear", NULL);
     NBT_FAILS(nb_module_create(NULL, NULL) == NULL, NB_ERR_INVALID_ARG, "module_create", NULL);
 
     nb_module *m = make_affine();

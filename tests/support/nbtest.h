@@ -19,8 +19,11 @@ void *nbt_check_ptr(void *p, const char *expr, const char *file, int line);
 void nbt_check_ok(nb_status s, const char *expr, const char *file, int line);
 
 /* Asserts that a call failed with `status` and that nb_last_error() contains every one of the
- * NULL-terminated substrings. Use: NBT_FAILS(nb_add(a, b) == NULL, NB_ERR_SHAPE, "add", "[2, 3]", NULL) */
-#define NBT_FAILS(failed, status, ...) nbt_fails((failed), (status), __FILE__, __LINE__, __VA_ARGS__)
+ * NULL-terminated substrings. Use: NBT_FAILS(nb_add(a, b) == NULL, NB_ERR_SHAPE, "add", "[2, 3]", NULL)
+ * The error is cleared before the call, so a call that fails without setting one cannot pass on an
+ * earlier call's message. */
+#define NBT_FAILS(failed, status, ...)                                                            \
+    (nb_clear_error(), nbt_fails((failed), (status), __FILE__, __LINE__, __VA_ARGS__))
 void nbt_fails(int failed, nb_status status, const char *file, int line, ...);
 
 /* The reference file $NB_REF_DIR/<family>.safetensors written by tests/ref/cases_<family>.py.
