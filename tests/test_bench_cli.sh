@@ -129,7 +129,7 @@ PY
     then pass "torch_bench.py: same fields, shapes and parameter counts"
     else fail "torch_bench.py: $(cat p.txt p.err n.err 2>&1)"; fi
 else
-    echo "ok: (not checked) torch_bench.py: NB_PYTHON is not set"
+    fail "torch_bench.py: NB_PYTHON ('${NB_PYTHON:-}') is not an executable Python (scripts/setup.sh makes .venv)"
 fi
 
 # ---- usage errors: exit 2, one line ----

@@ -2,7 +2,9 @@
 # Tests of the `nabla` command (issue 3, item 6): info, error handling and exit codes, a short
 # training run (metrics, accuracy, checkpoint read by `nabla eval` and by PyTorch's safetensors
 # reader), and resume giving bit-identical weights. Usage: test_cli.sh PATH/TO/nabla
-# Environment: NB_DATA_DIR (default /usr/share/datasets/fashion-mnist), NB_PYTHON (optional).
+# Environment: NB_DATA_DIR (default /usr/share/datasets/fashion-mnist), NB_PYTHON (a Python with
+# torch and safetensors, as ctest sets it: scripts/setup.sh makes it; without it the PyTorch
+# checks fail rather than drop out).
 set -uo pipefail
 nabla=$(realpath "${1:?usage: test_cli.sh PATH/TO/nabla}")
 data=${NB_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -89,7 +91,12 @@ if [[ -n "$train_line" && "$eval_line" == "$train_line" ]]; then pass "eval: $ev
 else fail "eval printed '$eval_line', training printed '$train_line'"; fi
 expect 1 'holds a "mlp" model' "$nabla" eval --model cnn --data-dir "$data" --load ck.safetensors
 
-if [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]]; then
+have_python() {
+    [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]] && return 0
+    fail "$1: NB_PYTHON ('${NB_PYTHON:-}') is not an executable Python (scripts/setup.sh makes .venv)"
+    return 1
+}
+if have_python "PyTorch reads the checkpoint"; then
     if "$NB_PYTHON" - ck.safetensors > py.txt 2>&1 <<'PY'
 import sys
 from safetensors import safe_open
@@ -118,7 +125,7 @@ grep -q 'resuming from' resume.txt || fail "resume: no 'resuming from' line"
 e1=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load straight.safetensors 2>&1)
 e2=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load resumed.safetensors 2>&1)
 if [[ "$e1" == "$e2" && "$e1" == test\ loss* ]]; then pass "resume: eval equal ($e1)"; else fail "resume: '$e1' vs '$e2'"; fi
-if [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]]; then
+if have_python "resume: bit-identical"; then
     if "$NB_PYTHON" - straight.safetensors resumed.safetensors > py2.txt 2>&1 <<'PY'
 import sys
 from safetensors.torch import load_file
