@@ -282,7 +282,7 @@ static void test_errors(void **state)
     NBT_FAILS(nb_index_select(x, 0, ineg) == NULL, NB_ERR_INVALID_ARG, "index_select", "index -1", "size 5", NULL);
     NBT_FAILS(nb_index_select(x, 0, NBT_CHECK(nb_to_dtype(i7, NB_INT32))) == NULL, NB_ERR_INVALID_ARG, "index 7", NULL);
     NBT_FAILS(nb_index_select(x, 0, x) == NULL, NB_ERR_DTYPE, "index_select", "int64 or int32", "float32", NULL);
-    NBT_FAILS(nb_index_select(x, 1, i0) == NULL, NB_ERR_INVALID_ARG, "index_select", NULL);
+    NBT_FAILS(nb_index_select(x, 1, i0) == NULL, NB_ERR_INVALID_ARG, "index_select", "dim 1", "tensor of 1 dims", NULL);
     NBT_FAILS(nb_index_select(x, 0, NBT_CHECK(nb_zeros(shape23, 2, &(nb_tensor_params){.dtype = NB_INT64}))) == NULL,
               NB_ERR_SHAPE, "index_select", "[2, 3]", NULL);
     NBT_FAILS(nb_index_select(NULL, 0, i0) == NULL, NB_ERR_INVALID_ARG, "index_select", NULL);
@@ -313,7 +313,7 @@ static void test_errors(void **state)
     NBT_FAILS(nb_masked_fill(x, x, 1) == NULL, NB_ERR_DTYPE, "masked_fill", "bool", "float32", NULL);
     nb_tensor_params bp = {.dtype = NB_BOOL};
     nb_tensor *mask23 = NBT_CHECK(nb_zeros(shape23, 2, &bp)), *mask4 = NBT_CHECK(nb_zeros(&(int64_t){4}, 1, &bp));
-    NBT_FAILS(nb_masked_fill(x, mask4, 1) == NULL, NB_ERR_SHAPE, "masked_fill", NULL);
+    NBT_FAILS(nb_masked_fill(x, mask4, 1) == NULL, NB_ERR_SHAPE, "masked_fill", "[5]", "[4]", "5 vs 4", NULL);
     NBT_FAILS(nb_masked_fill_(NBT_CHECK(nb_zeros(&(int64_t){3}, 1, NULL)), mask23, 1) != NB_OK, NB_ERR_SHAPE,
               "masked_fill_", "[2, 3]", "[3]", NULL);
     nb_tensor *w = NBT_CHECK(nb_zeros(shape23, 2, NULL));
@@ -324,7 +324,7 @@ static void test_errors(void **state)
     int64_t cls[2] = {1, 5};
     NBT_FAILS(nb_one_hot(i64(cls, &two, 1), 3) == NULL, NB_ERR_INVALID_ARG, "one_hot", "index 5", "3", NULL);
     NBT_FAILS(nb_one_hot(ineg, 3) == NULL, NB_ERR_INVALID_ARG, "one_hot", "index -1", NULL);
-    NBT_FAILS(nb_one_hot(x, 3) == NULL, NB_ERR_DTYPE, "one_hot", NULL);
+    NBT_FAILS(nb_one_hot(x, 3) == NULL, NB_ERR_DTYPE, "one_hot", "int64 or int32", "float32", NULL);
     NBT_FAILS(nb_one_hot(NBT_CHECK(nb_zeros(&zero, 1, &(nb_tensor_params){.dtype = NB_INT64})), -1) == NULL,
               NB_ERR_INVALID_ARG, "one_hot", "empty", NULL);
     nb_scope_end(s);

@@ -213,25 +213,28 @@ static void test_errors(void **state)
     NBT_FAILS(nb_cat((nb_tensor *[]){a, sc}, 2, 0) == NULL, NB_ERR_SHAPE, "cat", "zero-dimensional", "position 1",
               NULL);
     NBT_FAILS(nb_cat(NULL, 0, 0) == NULL, NB_ERR_INVALID_ARG, "cat", "non-empty", NULL);
-    NBT_FAILS(nb_cat((nb_tensor *[]){a, NULL}, 2, 0) == NULL, NB_ERR_INVALID_ARG, "cat", NULL);
-    NBT_FAILS(nb_cat((nb_tensor *[]){a, a}, 2, 2) == NULL, NB_ERR_INVALID_ARG, "cat", NULL);
+    NBT_FAILS(nb_cat((nb_tensor *[]){a, NULL}, 2, 0) == NULL, NB_ERR_INVALID_ARG, "cat", "tensor argument 1 is NULL",
+              NULL);
+    NBT_FAILS(nb_cat((nb_tensor *[]){a, a}, 2, 2) == NULL, NB_ERR_INVALID_ARG, "cat", "dim 2", "tensor of 2 dims",
+              NULL);
     NBT_FAILS(nb_stack((nb_tensor *[]){a, b}, 2, 0) == NULL, NB_ERR_SHAPE,
               "stack: expects each tensor to be equal size, but got [2, 3] at entry 0 and [2, 4] at entry 1", NULL);
-    NBT_FAILS(nb_stack((nb_tensor *[]){a, a}, 2, 3) == NULL, NB_ERR_INVALID_ARG, "stack", NULL);
-    NBT_FAILS(nb_stack(NULL, 0, 0) == NULL, NB_ERR_INVALID_ARG, "stack", NULL);
+    NBT_FAILS(nb_stack((nb_tensor *[]){a, a}, 2, 3) == NULL, NB_ERR_INVALID_ARG, "stack", "dim 3", "tensor of 3 dims",
+              NULL);
+    NBT_FAILS(nb_stack(NULL, 0, 0) == NULL, NB_ERR_INVALID_ARG, "stack", "non-empty", "got 0", NULL);
     nb_tensor *p[4];
     nb_tensor *x = NBT_CHECK(nb_zeros(&n5, 1, NULL));
     NBT_FAILS(nb_split(x, 0, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "split", "0", "size 5", NULL);
     NBT_FAILS(nb_split(x, -2, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "split", "-2", NULL);
     NBT_FAILS(nb_split(sc, 1, 0, p, 4) < 0, NB_ERR_SHAPE, "split", "1-dimensional", NULL);
-    NBT_FAILS(nb_split(x, 1, 1, p, 4) < 0, NB_ERR_INVALID_ARG, "split", NULL);
-    NBT_FAILS(nb_split(NULL, 1, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "split", NULL);
+    NBT_FAILS(nb_split(x, 1, 1, p, 4) < 0, NB_ERR_INVALID_ARG, "split", "dim 1", "tensor of 1 dims", NULL);
+    NBT_FAILS(nb_split(NULL, 1, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "split", "NULL tensor", NULL);
     int64_t sizes[2] = {2, 2}, negs[2] = {6, -1};
     NBT_FAILS(nb_split_with_sizes(x, sizes, 2, 0, p, 4) < 0, NB_ERR_SHAPE, "split_with_sizes", "[2, 2]", "4",
               "size 5", NULL);
     NBT_FAILS(nb_split_with_sizes(x, negs, 2, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "split_with_sizes", "-1", NULL);
     NBT_FAILS(nb_chunk(x, 0, 0, p, 4) < 0, NB_ERR_INVALID_ARG, "chunk", "greater than 0", NULL);
-    NBT_FAILS(nb_chunk(x, 2, 0, NULL, 3) < 0, NB_ERR_INVALID_ARG, "chunk", NULL);
+    NBT_FAILS(nb_chunk(x, 2, 0, NULL, 3) < 0, NB_ERR_INVALID_ARG, "chunk", "bad output array", "cap 3", NULL);
     nb_scope_end(s);
 }
 

@@ -578,7 +578,7 @@ static void test_errors(void **state)
     p.reduction = (nb_reduction)7;
     NBT_FAILS(nb_cross_entropy(x, t, &p) == NULL, NB_ERR_INVALID_ARG, "cross_entropy: unknown reduction 7", NULL);
     NBT_FAILS(nb_mse_loss(x, NBT_CHECK(nb_randn(&c4, 1, NULL)), NB_REDUCE_MEAN) == NULL, NB_ERR_SHAPE, "mse_loss",
-              NULL);
+              "[3, 10]", "[4]", "10 vs 4", NULL);
     NBT_FAILS(nb_mse_loss(x, NULL, NB_REDUCE_MEAN) == NULL, NB_ERR_INVALID_ARG, "mse_loss", NULL);
     NBT_FAILS(nb_mse_loss(x, x, (nb_reduction)-1) == NULL, NB_ERR_INVALID_ARG, "mse_loss: unknown reduction", NULL);
     const char *bce = "binary_cross_entropy_with_logits";

@@ -154,8 +154,9 @@ static void test_errors(void **state)
     NBT_FAILS(nb_topk(x, 6, 0, true, true, &idx) == NULL, NB_ERR_INVALID_ARG, "topk", "k (6)", "dim 0", "size 5", NULL);
     assert_null(idx);
     NBT_FAILS(nb_topk(x, -1, 0, true, true, NULL) == NULL, NB_ERR_INVALID_ARG, "topk", "-1", NULL);
-    NBT_FAILS(nb_topk(x, 1, 1, true, true, NULL) == NULL, NB_ERR_INVALID_ARG, "topk", NULL);
-    NBT_FAILS(nb_sort(x, 2, false, NULL) == NULL, NB_ERR_INVALID_ARG, "sort", NULL);
+    NBT_FAILS(nb_topk(x, 1, 1, true, true, NULL) == NULL, NB_ERR_INVALID_ARG, "topk", "dim 1", "tensor of 1 dims",
+              NULL);
+    NBT_FAILS(nb_sort(x, 2, false, NULL) == NULL, NB_ERR_INVALID_ARG, "sort", "dim 2", "tensor of 1 dims", NULL);
     NBT_FAILS(nb_sort(NULL, 0, false, &idx) == NULL, NB_ERR_INVALID_ARG, "sort", NULL);
     assert_null(idx);
     NBT_FAILS(nb_topk(NULL, 1, 0, true, true, NULL) == NULL, NB_ERR_INVALID_ARG, "topk", NULL);

@@ -321,7 +321,7 @@ static void test_scopes_and_refcounts(void **state)
     NBT_OK(nb_memory_stats_get(nb_cpu(), &after));
     assert_true(after.peak_allocated >= after.allocated && after.peak_allocated < before.allocated + ((size_t)4 << 20));
     nb_tensor_free(small);
-    NBT_FAILS(nb_memory_reset_peak_stats((nb_device){NB_DEVICE_CPU, 3}) != NB_OK, NB_ERR_DEVICE, "cpu", NULL);
+    NBT_FAILS(nb_memory_reset_peak_stats((nb_device){NB_DEVICE_CPU, 3}) != NB_OK, NB_ERR_DEVICE, "cpu:3", "only index 0", NULL);
 }
 
 static void test_threads(void **state)

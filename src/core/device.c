@@ -35,7 +35,7 @@ const nb_backend *nb__backend(nb_device d)
     nb_device_str(d, name, sizeof name);
     switch (d.type) {
     case NB_DEVICE_CPU:
-        if (d.index != 0) return nb__err_null(NB_ERR_DEVICE, "device %s: the CPU has only index 0", name);
+        if (d.index != 0) return nb__err_null(NB_ERR_DEVICE, "device cpu:%d: the CPU has only index 0", d.index);
         return &nb__cpu_backend;
     case NB_DEVICE_CUDA:
 #ifdef NB_HAVE_CUDA
