@@ -41,7 +41,7 @@ typedef struct bparams {
 /* A loop over a vectorisable expression of g, x and the parameters s0, s1. (Its name differs from
  * unary.c's loops: clang 14 gives a static target_clones function a global resolver symbol.) */
 #define BW_VEC_LOOP(name, T, expr)                                                               \
-    static NB_VEC_CLONES void name##_grad_contig(T *restrict o, const T *restrict gp,                \
+    static NB_VEC_CLONES void name##_grad_contig(T *restrict o, const T *restrict gp,            \
                                             const T *restrict xp, int64_t n, T s0, T s1)         \
     {                                                                                            \
         (void)s0;                                                                                \
@@ -57,7 +57,7 @@ typedef struct bparams {
         const bparams *prm = ctx;                                                                \
         const T s0 = (T)prm->s0, s1 = (T)prm->s1;                                                \
         if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {                       \
-            name##_grad_contig((T *)p[0], (const T *)p[1], (const T *)p[2], n, s0, s1);               \
+            name##_grad_contig((T *)p[0], (const T *)p[1], (const T *)p[2], n, s0, s1);          \
             return;                                                                              \
         }                                                                                        \
         T bg[BLOCK], bx[BLOCK], bo[BLOCK];                                                       \
@@ -67,7 +67,7 @@ typedef struct bparams {
                 bg[k] = *(const T *)(p[1] + (k0 + k) * s[1]);                                    \
                 bx[k] = *(const T *)(p[2] + (k0 + k) * s[2]);                                    \
             }                                                                                    \
-            name##_grad_contig(bo, bg, bx, m, s0, s1);                                                \
+            name##_grad_contig(bo, bg, bx, m, s0, s1);                                           \
             for (int64_t k = 0; k < m; k++) *(T *)(p[0] + (k0 + k) * s[0]) = bo[k];             \
         }                                                                                        \
     }
