@@ -61,6 +61,8 @@ cmake --build build-gpu -j "$(nproc)" > "$L/build.txt" 2>&1 || { log "build fail
 log "build: $((SECONDS - t0)) s"; pack
 build-gpu/tools/nabla info > "$L/info.txt" 2>&1; cat "$L/info.txt" >> "$out/summary.txt"
 export OMP_WAIT_POLICY=passive
+# a GPU machine: a CUDA test that finds no device (a broken driver) fails instead of skipping
+export NB_REQUIRE_CUDA=1
 
 if want test; then
   # The CUDA tests compare with the CPU, not with the PyTorch reference files: skip that fixture.

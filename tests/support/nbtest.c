@@ -277,6 +277,12 @@ void nbt_gradcheck(nbt_fn f, void *ctx, nb_tensor *const *inputs, int n, double 
 bool nbt_cuda_missing(void)
 {
     if (nb_cuda_device_count() > 0) return false;
+    const char *req = getenv("NB_REQUIRE_CUDA");
+    if (req && strcmp(req, "1") == 0) { /* a GPU machine: a broken driver must not read as "skipped" */
+        printf("FAILED: NB_REQUIRE_CUDA=1 but no CUDA device (%s; %s)\n",
+               nb_cuda_is_built() ? "built with CUDA" : "built without CUDA", nb_last_error());
+        exit(1);
+    }
     printf("SKIPPED: no CUDA device (%s)\n", nb_cuda_is_built() ? "built with CUDA" : "built without CUDA");
     return true;
 }

@@ -64,7 +64,8 @@ void nbt_gradcheck(nbt_fn f, void *ctx, nb_tensor *const *inputs, int n, double 
 /* ---- CUDA tests (skipped, exit 77, on a machine without a GPU) -------------------------------- */
 #define NBT_CUDA0 ((nb_device){NB_DEVICE_CUDA, 0})
 /* True, after printing "SKIPPED: no CUDA device (...)", when there is no CUDA device: main then
- * returns 77, which ctest reports as Skipped. */
+ * returns 77, which ctest reports as Skipped. With NB_REQUIRE_CUDA=1 (scripts/gpu-run.sh sets
+ * it) a missing device is a failure instead: exit 1. */
 bool nbt_cuda_missing(void);
 /* t copied to cuda:0 (scope-owned like any op's result; the test fails on error). */
 nb_tensor *nbt_to_cuda(const nb_tensor *t);
