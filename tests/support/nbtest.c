@@ -149,6 +149,13 @@ void nbt_assert_close(const nb_tensor *got, const nb_tensor *want, double rtol, 
         print_error("%s: shape [%s] but expected [%s]\n", what, a, b);
         fail();
     }
+    /* a float64 expectation (hand-computed, or a float64 reference) may check any dtype's values;
+     * otherwise the result has the expectation's dtype (a float32 reference: a float32 result) */
+    if (nb_tensor_dtype(want) != NB_FLOAT64 && nb_tensor_dtype(got) != nb_tensor_dtype(want)) {
+        print_error("%s: dtype %s but expected %s\n", what, nb_dtype_name(nb_tensor_dtype(got)),
+                    nb_dtype_name(nb_tensor_dtype(want)));
+        fail();
+    }
     int64_t n = nb_tensor_numel(got);
     double *g = read_f64(got), *w = read_f64(want);
     int64_t bad = -1;

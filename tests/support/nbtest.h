@@ -45,7 +45,9 @@ typedef void (*nbt_case_fn)(const nb_tensor_map *m, const char *name, bool nonco
 void nbt_run_reference(const char *family, int min_cases, nbt_case_fn fn);
 
 /* Asserts got and want have the same shape and |got - want| <= atol + rtol |want| everywhere
- * (values compared in float64; NaNs must match). `what` names the comparison in the failure. */
+ * (values compared in float64; NaNs must match), and the same dtype unless want is float64 (a
+ * hand-computed or float64 expectation may check any dtype's values; a float32 reference needs a
+ * float32 result). `what` names the comparison in the failure. */
 void nbt_assert_close(const nb_tensor *got, const nb_tensor *want, double rtol, double atol,
                       const char *what);
 /* Same values and shape as t, laid out non-contiguously (a strided slice of a larger buffer). */
