@@ -1,7 +1,8 @@
 /* Tests of the model zoo (nabla/models.h) against the PyTorch definitions in
  * tests/ref/cases_models.py: parameter count, the ordered state-dict names and shapes, and the
  * eval-mode output after loading PyTorch's weights (float32, rtol 1e-4 atol 1e-5: deep nets sum
- * thousands of float32 products in different orders); unknown names and too-small inputs. */
+ * thousands of float32 products in different orders); one training-mode step's loss, gradients
+ * and buffers in float64; unknown names and too-small inputs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,62 @@ static void test_zoo_pytorch(void **state)
     nb_scope_end(s);
 }
 
+/* One training-mode step against PyTorch in float64 (tests/ref/cases_models.py, TRAIN): batch
+ * norm on the batch's statistics, cross entropy, backward; the loss, every parameter's gradient
+ * and every buffer afterwards (running statistics, num_batches_tracked). float64 leaves only the
+ * summation order: rtol 1e-9. */
+static void test_zoo_train_pytorch(void **state)
+{
+    (void)state;
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_map *ref = nbt_load_ref("models");
+    int checked = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const model_case *mc = &cases[i];
+        if (!strcmp(mc->ref, "cnn") || !strcmp(mc->ref, "resnet56")) continue; /* see cases_models.py */
+        nb_tensor_params p = nb_tensor_params_default();
+        p.dtype = NB_FLOAT64;
+        nb_module *net = NBT_CHECK(nb_model_create(mc->name, mc->c, mc->h, mc->w, mc->classes, &p));
+        nb_tensor_map *sd = NBT_CHECK(nb_tensor_map_create()), *in = NBT_CHECK(nb_tensor_map_create());
+        NBT_OK(nb_module_state_dict(net, sd));
+        char key[256], label[320];
+        for (int j = 0; j < nb_tensor_map_size(sd); j++) {
+            snprintf(key, sizeof key, "train/sd/%s", nb_tensor_map_name(sd, j));
+            NBT_OK(nb_tensor_map_set(in, nb_tensor_map_name(sd, j), NBT_CHECK(nbt_ref(ref, mc->ref, key))));
+        }
+        NBT_OK(nb_module_load_state_dict(net, in, true));
+        nb_module_train(net, true);
+        nb_tensor *out = NBT_CHECK(nb_module_forward(net, NBT_CHECK(nbt_ref(ref, mc->ref, "train/in"))));
+        nb_tensor *loss = NBT_CHECK(nb_cross_entropy(out, NBT_CHECK(nbt_ref(ref, mc->ref, "train/target")), NULL));
+        snprintf(label, sizeof label, "%s: training-mode loss", mc->ref);
+        nbt_assert_close(loss, NBT_CHECK(nbt_ref(ref, mc->ref, "train/loss")), 1e-10, 1e-12, label);
+        NBT_OK(nb_backward(loss, NULL, 0));
+        const char *names[512];
+        nb_tensor *ts[512];
+        int n = nb_module_named_parameters(net, names, ts, 512);
+        assert_true(n > 0 && n < 512);
+        for (int j = 0; j < n; j++) {
+            snprintf(key, sizeof key, "train/grad/%s", names[j]);
+            snprintf(label, sizeof label, "%s: gradient of %s", mc->ref, names[j]);
+            nbt_assert_close(NBT_CHECK(nb_tensor_grad(ts[j])), NBT_CHECK(nbt_ref(ref, mc->ref, key)), 1e-9, 1e-11,
+                             label);
+            checked++;
+        }
+        n = nb_module_named_buffers(net, names, ts, 512);
+        for (int j = 0; j < n; j++) {
+            snprintf(key, sizeof key, "train/buf/%s", names[j]);
+            snprintf(label, sizeof label, "%s: buffer %s after the step", mc->ref, names[j]);
+            nbt_assert_close(ts[j], NBT_CHECK(nbt_ref(ref, mc->ref, key)), 1e-12, 1e-14, label);
+        }
+        nb_tensor_map_free(in);
+        nb_tensor_map_free(sd);
+        nb_module_free(net);
+    }
+    assert_true(checked > 60); /* resnet20 alone has 65 parameters */
+    nb_tensor_map_free(ref);
+    nb_scope_end(s);
+}
+
 /* Each model trains: one step's backward reaches every parameter (training mode, BatchNorm on
  * batch statistics), and the output has [N, classes]. */
 static void test_zoo_backward(void **state)
@@ -146,6 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zoo_pytorch),
         cmocka_unit_test(test_zoo_backward),
+        cmocka_unit_test(test_zoo_train_pytorch),
         cmocka_unit_test(test_zoo_names_and_errors),
     };
     return NBT_RUN(tests);

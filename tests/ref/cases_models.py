@@ -5,7 +5,13 @@ src/nn/models.c mirrors, name for name.
 <model>/num_parameters: int64. <model>/sd/<key>: the weights (default init, BatchNorm statistics
 and affine parameters randomised so that eval mode is not the identity). <model>/in0: input
 [2, C, H, W]; <model>/out: the output in eval mode, float32.
+<model>/train/...: one training-mode step in float64 for the models in TRAIN (cnn's dropout draws
+cannot be matched; resnet56 is resnet20's code): sd/<key> the weights before it, in and target
+(a batch of 4), loss (cross entropy), grad/<parameter>, buf/<buffer> after the forward (batch
+norm's running statistics updated from the batch).
 """
+import copy
+
 import torch
 import torch.nn as nn
 
@@ -87,6 +93,9 @@ MODELS = {
 }
 
 
+TRAIN = ("mlp", "lenet5", "lenet5_rgb", "resnet20")
+
+
 def build():
     out = {}
     g = torch.Generator().manual_seed(11)
@@ -111,4 +120,19 @@ def build():
         out[f"{name}/in0"] = x
         with torch.no_grad():
             out[f"{name}/out"] = model(x)
+        if name in TRAIN:
+            m64 = copy.deepcopy(model).double().train()
+            for k, v in m64.state_dict().items():
+                out[f"{name}/train/sd/{k}"] = v.clone()
+            xt = torch.randn((4,) + shape, generator=g, dtype=torch.float64)
+            yt = torch.randint(0, out[f"{name}/out"].shape[1], (4,), generator=g)
+            loss = nn.functional.cross_entropy(m64(xt), yt)
+            loss.backward()
+            out[f"{name}/train/in"] = xt
+            out[f"{name}/train/target"] = yt
+            out[f"{name}/train/loss"] = loss.detach()
+            for k, p in m64.named_parameters():
+                out[f"{name}/train/grad/{k}"] = p.grad
+            for k, b in m64.named_buffers():
+                out[f"{name}/train/buf/{k}"] = b.clone()
     return out
