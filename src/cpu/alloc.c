@@ -57,8 +57,14 @@ static void *sys_alloc(size_t n)
     return p;
 }
 
+static _Thread_local int64_t tl_fail_after = -1;
+
+void nb__cpu_alloc_fail_after(int64_t n) { tl_fail_after = n < 0 ? -1 : n; }
+
 void *nb_cpu_alloc(size_t nbytes)
 {
+    if (tl_fail_after >= 0 && tl_fail_after-- == 0)
+        return nb__err_null(NB_ERR_OOM, "out of host memory allocating %zu bytes", nbytes);
     size_t rounded = nbytes;
     int cls = -1;
     if (NB_CACHE_ENABLED && nbytes >= NB_CACHE_MIN) cls = size_class(nbytes, &rounded);

@@ -1,0 +1,89 @@
+/* Out of host memory at every point of a training step: the step of a small CNN (convolutions,
+ * batch norm + ReLU, max pooling, linear layers, dropout, cross entropy, AdamW) is run once for
+ * each of its tensor allocations, that allocation made to fail (nb__cpu_alloc_fail_after). Each
+ * run must return the out-of-memory error with its message, crash nothing and leak nothing (the
+ * sanitizer run's leak check), and a step run afterwards without the failure must succeed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "nbtest.h"
+#include "cpu/cpu_impl.h" /* nb__cpu_alloc_fail_after */
+#include "nabla/models.h"
+
+typedef struct rig {
+    nb_module *net;
+    nb_optim *opt;
+    nb_tensor *x, *y;
+} rig;
+
+static void rig_make(rig *r)
+{
+    nb_manual_seed(3);
+    r->net = NBT_CHECK(nb_model_create("cnn", 1, 12, 12, 5, NULL));
+    nb_tensor *ps[64];
+    int n = nb_module_parameters(r->net, ps, 64);
+    assert_true(n > 0 && n < 64);
+    r->opt = NBT_CHECK(nb_optim_adamw(ps, n, NULL));
+    /* no scope is open: these are the caller's references */
+    r->x = NBT_CHECK(nb_randn((int64_t[]){3, 1, 12, 12}, 4, NULL));
+    nb_tensor_params ip = nb_tensor_params_default();
+    ip.dtype = NB_INT64;
+    r->y = NBT_CHECK(nb_randint(0, 5, (int64_t[]){3}, 1, &ip));
+}
+
+static void rig_free(rig *r)
+{
+    nb_tensor_free(r->x);
+    nb_tensor_free(r->y);
+    nb_optim_free(r->opt);
+    nb_module_free(r->net);
+}
+
+/* zero_grad, forward, loss, backward, step, the loss read: the first failure's status */
+static nb_status step(rig *r)
+{
+    nb_scope *s = nb_scope_begin();
+    if (!s) return nb_last_status();
+    nb_status st = nb_optim_zero_grad(r->opt);
+    nb_tensor *out = st == NB_OK ? nb_module_forward(r->net, r->x) : NULL;
+    nb_tensor *loss = out ? nb_cross_entropy(out, r->y, NULL) : NULL;
+    if (st == NB_OK && !loss) st = nb_last_status();
+    if (st == NB_OK) st = nb_backward(loss, NULL, 0);
+    if (st == NB_OK) st = nb_optim_step(r->opt);
+    double v = 0;
+    if (st == NB_OK) st = nb_item(loss, &v);
+    nb_scope_end(s);
+    return st;
+}
+
+static void test_every_allocation_fails_once(void **state)
+{
+    (void)state;
+    int64_t k = 0;
+    for (;; k++) {
+        rig r;
+        rig_make(&r);
+        assert_int_equal(step(&r), NB_OK); /* the first step makes the optimizer's state */
+        nb_clear_error();
+        nb__cpu_alloc_fail_after(k);
+        nb_status st = step(&r);
+        nb__cpu_alloc_fail_after(-1);
+        if (st == NB_OK) { /* k is past the step's last allocation */
+            rig_free(&r);
+            break;
+        }
+        if (st != NB_ERR_OOM || !strstr(nb_last_error(), "out of host memory"))
+            fail_msg("allocation %lld failed: status %d, message '%s'", (long long)k, (int)st, nb_last_error());
+        /* what the failed step left behind still trains */
+        if (step(&r) != NB_OK) fail_msg("allocation %lld: the next step failed: %s", (long long)k, nb_last_error());
+        rig_free(&r);
+    }
+    print_message("a training step's %lld allocations each failed once\n", (long long)k);
+    assert_true(k > 30);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_fails_once)};
+    return NBT_RUN(tests);
+}
