@@ -1,33 +1,51 @@
 /* Out of host memory at every point of a training step: the step of a small CNN (convolutions,
- * batch norm + ReLU, max pooling, linear layers, dropout, cross entropy, AdamW) is run once for
- * each of its tensor allocations, that allocation made to fail (nb__cpu_alloc_fail_after). Each
- * run must return the out-of-memory error with its message, crash nothing and leak nothing (the
- * sanitizer run's leak check), and a step run afterwards without the failure must succeed. */
+ * batch norm + ReLU, max pooling, linear layers, dropout, cross entropy, AdamW) and of a stateful
+ * two-layer LSTM language model (embedding, LSTM, linear decoder, cross entropy, gradient
+ * clipping, SGD with momentum) is run once for each of its tensor allocations, that allocation
+ * made to fail (nb__cpu_alloc_fail_after). Each run must return the out-of-memory error with its
+ * message, crash nothing and leak nothing (the sanitizer run's leak check), and a step run
+ * afterwards without the failure must succeed. */
 #include <stdio.h>
 #include <string.h>
 
 #include "nbtest.h"
 #include "cpu/cpu_impl.h" /* nb__cpu_alloc_fail_after */
 #include "nabla/models.h"
+#include "nabla/rnn.h"
 
 typedef struct rig {
+    bool lm;
     nb_module *net;
     nb_optim *opt;
     nb_tensor *x, *y;
+    nb_tensor *ps[64];
+    int np;
 } rig;
 
-static void rig_make(rig *r)
+static void rig_make(rig *r, bool lm)
 {
     nb_manual_seed(3);
-    r->net = NBT_CHECK(nb_model_create("cnn", 1, 12, 12, 5, NULL));
-    nb_tensor *ps[64];
-    int n = nb_module_parameters(r->net, ps, 64);
-    assert_true(n > 0 && n < 64);
-    r->opt = NBT_CHECK(nb_optim_adamw(ps, n, NULL));
-    /* no scope is open: these are the caller's references */
-    r->x = NBT_CHECK(nb_randn((int64_t[]){3, 1, 12, 12}, 4, NULL));
+    r->lm = lm;
     nb_tensor_params ip = nb_tensor_params_default();
     ip.dtype = NB_INT64;
+    if (lm) {
+        r->net = NBT_CHECK(nb_lstm_lm_create(50, 8, 12, 2, NULL));
+        NBT_OK(nb_lstm_lm_set_stateful(r->net, true));
+        r->np = nb_module_parameters(r->net, r->ps, 64);
+        assert_true(r->np > 0 && r->np < 64);
+        nb_sgd_params sp = nb_sgd_params_default();
+        sp.momentum = 0.9;
+        r->opt = NBT_CHECK(nb_optim_sgd(r->ps, r->np, &sp));
+        /* no scope is open: these are the caller's references */
+        r->x = NBT_CHECK(nb_randint(0, 50, (int64_t[]){3, 9}, 2, &ip));
+        r->y = NBT_CHECK(nb_randint(0, 50, (int64_t[]){27}, 1, &ip));
+        return;
+    }
+    r->net = NBT_CHECK(nb_model_create("cnn", 1, 12, 12, 5, NULL));
+    r->np = nb_module_parameters(r->net, r->ps, 64);
+    assert_true(r->np > 0 && r->np < 64);
+    r->opt = NBT_CHECK(nb_optim_adamw(r->ps, r->np, NULL));
+    r->x = NBT_CHECK(nb_randn((int64_t[]){3, 1, 12, 12}, 4, NULL));
     r->y = NBT_CHECK(nb_randint(0, 5, (int64_t[]){3}, 1, &ip));
 }
 
@@ -39,16 +57,20 @@ static void rig_free(rig *r)
     nb_module_free(r->net);
 }
 
-/* zero_grad, forward, loss, backward, step, the loss read: the first failure's status */
+/* zero_grad, forward, loss, backward, (LM: clipping,) step, the loss read: the first failure's
+ * status */
 static nb_status step(rig *r)
 {
     nb_scope *s = nb_scope_begin();
     if (!s) return nb_last_status();
     nb_status st = nb_optim_zero_grad(r->opt);
     nb_tensor *out = st == NB_OK ? nb_module_forward(r->net, r->x) : NULL;
+    if (out && r->lm) out = nb_reshape(out, (int64_t[]){27, 50}, 2);
     nb_tensor *loss = out ? nb_cross_entropy(out, r->y, NULL) : NULL;
     if (st == NB_OK && !loss) st = nb_last_status();
     if (st == NB_OK) st = nb_backward(loss, NULL, 0);
+    double norm = 0;
+    if (st == NB_OK && r->lm) st = nb_clip_grad_norm_(r->ps, r->np, 0.5, 2, &norm);
     if (st == NB_OK) st = nb_optim_step(r->opt);
     double v = 0;
     if (st == NB_OK) st = nb_item(loss, &v);
@@ -56,13 +78,12 @@ static nb_status step(rig *r)
     return st;
 }
 
-static void test_every_allocation_fails_once(void **state)
+static void every_allocation_fails_once(bool lm)
 {
-    (void)state;
     int64_t k = 0;
     for (;; k++) {
         rig r;
-        rig_make(&r);
+        rig_make(&r, lm);
         assert_int_equal(step(&r), NB_OK); /* the first step makes the optimizer's state */
         nb_clear_error();
         nb__cpu_alloc_fail_after(k);
@@ -78,12 +99,24 @@ static void test_every_allocation_fails_once(void **state)
         if (step(&r) != NB_OK) fail_msg("allocation %lld: the next step failed: %s", (long long)k, nb_last_error());
         rig_free(&r);
     }
-    print_message("a training step's %lld allocations each failed once\n", (long long)k);
+    print_message("%s: a training step's %lld allocations each failed once\n", lm ? "LSTM LM" : "CNN", (long long)k);
     assert_true(k > 30);
+}
+
+static void test_cnn_step(void **state)
+{
+    (void)state;
+    every_allocation_fails_once(false);
+}
+
+static void test_lstm_lm_step(void **state)
+{
+    (void)state;
+    every_allocation_fails_once(true);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_fails_once)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cnn_step), cmocka_unit_test(test_lstm_lm_step)};
     return NBT_RUN(tests);
 }
