@@ -33,6 +33,16 @@ void *nb__err_null(nb_status status, const char *fmt, ...)
     return NULL;
 }
 
+nb_status nb__err_prefix(const char *prefix)
+{
+    nb_status st = tl_status != NB_OK ? tl_status : NB_ERR_INTERNAL;
+    size_t n = strlen(prefix);
+    if (strncmp(tl_msg, prefix, n) == 0 && tl_msg[n] == ':') return tl_status = st;
+    char inner[NB_ERR_MSG_MAX];
+    memcpy(inner, tl_msg, sizeof inner);
+    return nb__err(st, "%s: %s", prefix, inner);
+}
+
 const char *nb_last_error(void) { return tl_msg; }
 
 nb_status nb_last_status(void) { return tl_status; }

@@ -12,6 +12,10 @@
 nb_status nb__err(nb_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The same, returning NULL for functions that return a pointer. */
 void *nb__err_null(nb_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Re-raises the thread's error with "<prefix>: " in front of its message (unless the message
+ * already begins so) and returns its status (NB_ERR_INTERNAL when none was set): a caller names
+ * itself in front of the error of a call it made. */
+nb_status nb__err_prefix(const char *prefix);
 
 /* An internal invariant: a failure is a bug in nabla, never something a caller can cause. */
 #define NB_ASSERT(cond)                                                                          \

@@ -90,18 +90,11 @@ static nb_status read_header(gzFile f, const char *path, nb_dtype *dt, int64_t *
     return NB_OK;
 }
 
-/* The most data bytes the file can hold after its header, so that a short file announcing a huge
- * shape is refused before anything is allocated: a plain file holds its size less the header, a
- * gzip stream at most 1032 bytes per compressed byte (deflate's largest ratio). -1 when the size
- * cannot be known (not a regular file). */
-static int64_t data_capacity(gzFile f, const char *path, int ndim, bool *plain)
+/* The file's size in bytes, or -1 when it cannot be known (not a regular file). */
+static int64_t file_size(const char *path)
 {
     struct stat sb;
-    *plain = gzdirect(f) != 0;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return -1;
-    int64_t size = (int64_t)sb.st_size;
-    if (*plain) return size - 4 - 4 * (int64_t)ndim;
-    return size > INT64_MAX / 1032 ? INT64_MAX : size * 1032;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
 }
 
 static nb_tensor *read_body(gzFile f, const char *path, nb_dtype dt, const int64_t *shape, int ndim)
@@ -114,16 +107,17 @@ static nb_tensor *read_body(gzFile f, const char *path, nb_dtype dt, const int64
         numel *= shape[i];
     }
     int64_t need = numel * (int64_t)nb_dtype_size(dt);
-    bool plain = false;
-    int64_t cap = data_capacity(f, path, ndim, &plain);
-    if (cap >= 0 && need > cap) {
-        if (plain)
-            return nb__err_null(NB_ERR_FORMAT, "read_idx: %s: dims %s need %lld bytes of data, the file has %lld", path,
-                                nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)cap);
+    /* refused before anything is allocated when the file cannot hold it: a plain file holds its
+     * size less the header, a gzip stream at most 1032 bytes per compressed byte (deflate's
+     * largest ratio) */
+    int64_t size = file_size(path);
+    if (size >= 0 && gzdirect(f) && need > size - 4 - 4 * (int64_t)ndim)
+        return nb__err_null(NB_ERR_FORMAT, "read_idx: %s: dims %s need %lld bytes of data, the file has %lld", path,
+                            nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)(size - 4 - 4 * ndim));
+    if (size >= 0 && !gzdirect(f) && size <= INT64_MAX / 1032 && need > size * 1032)
         return nb__err_null(NB_ERR_FORMAT,
                             "read_idx: %s: dims %s need %lld bytes of data, more than a gzip stream of %lld bytes can hold",
-                            path, nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)(cap / 1032));
-    }
+                            path, nb__shape_str(shape, ndim, sbuf), (long long)need, (long long)size);
     nb_tensor *t = nb__tensor_new_named("read_idx", shape, ndim, dt, nb_cpu());
     if (!t) return NULL;
     const char *zerr = NULL;

@@ -52,11 +52,10 @@ static void swap_elements(char *p, size_t nbytes, size_t es)
 /* Re-raises the thread's error with "<op>: <path>: [tensor 'x': ]" in front. */
 static nb_status wrap_err(const char *op, const char *path, const char *name)
 {
-    char inner[512];
-    snprintf(inner, sizeof inner, "%s", nb_last_error());
-    nb_status st = nb_last_status() != NB_OK ? nb_last_status() : NB_ERR_INTERNAL;
-    if (name) return nb__err(st, "%s: %s: tensor '%.200s': %s", op, path, name, inner);
-    return nb__err(st, "%s: %s: %s", op, path, inner);
+    char prefix[768];
+    if (name) snprintf(prefix, sizeof prefix, "%s: %s: tensor '%.200s'", op, path, name);
+    else snprintf(prefix, sizeof prefix, "%s: %s", op, path);
+    return nb__err_prefix(prefix);
 }
 
 /* ==== loading =============================================================================== */

@@ -282,18 +282,6 @@ static atomic_bool device_targets_forced;
 
 void nb__loss_device_targets(bool on) { atomic_store(&device_targets_forced, on); }
 
-/* On the device path a bad target fails in the gather (or index_select) of the targets, whose
- * message names the value and the class count: the loss's name goes in front. */
-static void name_loss(const char *op)
-{
-    const char *m = nb_last_error();
-    size_t n = strlen(op);
-    if (strncmp(m, op, n) == 0 && m[n] == ':') return;
-    char inner[600];
-    snprintf(inner, sizeof inner, "%s", m);
-    (void)nb__err(nb_last_status(), "%s: %s", op, inner);
-}
-
 /* Checks, then runs nll_from_safe on lp (log-probabilities, or logits when log_softmax is set).
  * On the CPU the targets are scanned on the host (a fused cross entropy when it applies); on
  * another device they stay there (device_targets), so the loss never waits for the device: a bad
@@ -321,7 +309,7 @@ static nb_tensor *class_loss_run(const class_loss *c, bool log_softmax)
         if (x) out = nll_from_safe(c, x, &tg, fused);
         if (out && c->lp->ndim == 1 && c->reduction == NB_REDUCE_NONE) out = nb_squeeze_dim(out, 0);
     }
-    if (!out && on_device) name_loss(c->op);
+    if (!out && on_device) (void)nb__err_prefix(c->op); /* a bad target: the gather's range error */
     return nb_scope_end_keep(s, out);
 }
 

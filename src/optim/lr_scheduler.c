@@ -251,9 +251,8 @@ nb_status nb_lr_scheduler_load_state_dict(nb_lr_scheduler *s, const nb_tensor_ma
     nb_scope_end(sc);
     /* whole counts a step can reach (no float-to-integer overflow), and a learning rate the
      * optimizers accept */
-    const double most = 0x1p62;
     for (int i = 0; i < 2 && st == NB_OK; i++)
-        if (!(vals[i] >= (i == 0 ? -1 : 0) && vals[i] <= most) || vals[i] != floor(vals[i]))
+        if (!nb__optim_count_ok(vals[i], i == 0 ? -1 : 0))
             st = nb__err(NB_ERR_FORMAT, "%s: '%s%s' is %g, not a count in [%d, 2^62]", op, prefix ? prefix : "",
                          names[i], vals[i], i == 0 ? -1 : 0);
     if (st == NB_OK && !(vals[2] >= 0))

@@ -1,6 +1,5 @@
 /* The optimizer shell: parameters, step driver, zero_grad, lr, and state save/load. The update
  * formulas live in sgd.c, adam.c and rmsprop.c. */
-#include <math.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,7 +419,7 @@ static nb_status load_param(const nb_optim *o, const nb_tensor_map *m, const cha
             nb_tensor *t = nb_tensor_map_get(m, k);
             double v = 0;
             if (!t || nb_item(t, &v) != NB_OK) return nb__err(NB_ERR_FORMAT, "%s: '%s' is not a single number", op, k);
-            if (!(v >= 0 && v <= 0x1p62) || v != floor(v)) /* (also: no float-to-integer overflow) */
+            if (!nb__optim_count_ok(v, 0))
                 return nb__err(NB_ERR_FORMAT, "%s: '%s' is %g, not a step count", op, k, v);
             s->step = (int64_t)v;
         }

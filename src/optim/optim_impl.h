@@ -2,9 +2,15 @@
 #ifndef NB_OPTIM_IMPL_H
 #define NB_OPTIM_IMPL_H
 
+#include <math.h>
+
 #include "core/optim_batch.h"
 #include "core/tensor_impl.h"
 #include "nabla/optim.h"
+
+/* Whether v, read from a state dict, is a whole count in [lo, 2^62]: one a run reaches, and
+ * safe to convert to int64_t. */
+static inline bool nb__optim_count_ok(double v, double lo) { return v >= lo && v <= 0x1p62 && v == floor(v); }
 
 #define NB_OPTIM_MAX_BUFS 3
 #define NB_OPTIM_MAX_HYPER 8

@@ -12,8 +12,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    nb_set_num_threads(1);
-    fuzz_path(path, sizeof path, "cifar", ".bin");
+    fuzz_init(path, sizeof path, "cifar", ".bin");
     return 0;
 }
 

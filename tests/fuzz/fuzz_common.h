@@ -17,6 +17,14 @@ static inline void fuzz_path(char *path_out, size_t cap, const char *tag, const 
     snprintf(path_out, cap, "/dev/shm/nb-fuzz-%s-%d%s", tag, (int)getpid(), suffix);
 }
 
+/* A target's LLVMFuzzerInitialize: one thread (the harness is about memory safety, not speed) and
+ * its input file's path. */
+static inline void fuzz_init(char *path_out, size_t cap, const char *tag, const char *suffix)
+{
+    nb_set_num_threads(1);
+    fuzz_path(path_out, cap, tag, suffix);
+}
+
 static inline void fuzz_write(const char *path, const uint8_t *data, size_t size)
 {
     FILE *f = fopen(path, "wb");

@@ -18,8 +18,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    nb_set_num_threads(1);
-    fuzz_path(path, sizeof path, "idx", ".idx");
+    fuzz_init(path, sizeof path, "idx", ".idx");
     return 0;
 }
 

@@ -124,8 +124,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    nb_set_num_threads(1);
-    fuzz_path(in_path, sizeof in_path, "st-in", ".safetensors");
+    fuzz_init(in_path, sizeof in_path, "st-in", ".safetensors");
     fuzz_path(out_path, sizeof out_path, "st-out", ".safetensors");
     const char *seed = getenv("NB_FUZZ_SEED_DIR");
     if (seed) {
