@@ -1,8 +1,9 @@
 /* Data: the IDX and CIFAR-10 readers (against the real Fashion-MNIST files, with values computed
  * independently by pure Python, and against crafted files), their error paths, datasets, and the
  * loader (every sample once per epoch, reproducible shuffling, drop_last, normalisation, crop and
- * flip, prefetch == synchronous, shutdown in the middle of an epoch), pin_memory on a CPU loader
- * and pinned memory's errors without a GPU. */
+ * flip, prefetch == synchronous, shutdown in the middle of an epoch), DistributedSampler-style
+ * sharding over replicas (against the unsharded order and torch's padding), pin_memory on a CPU
+ * loader and pinned memory's errors without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -770,6 +771,188 @@ static void test_loader_free_mid_epoch(void **state)
     nb_dataset_free(d);
 }
 
+/* ---- sharding over replicas (DistributedSampler) ------------------------------------------ */
+
+static nb_data_loader *shard_loader(nb_dataset *d, bool shuffle, int replicas, int rank, int64_t bs, int prefetch)
+{
+    nb_data_loader_params p = nb_data_loader_params_default();
+    p.batch_size = bs;
+    p.shuffle = shuffle;
+    p.seed = 5;
+    p.prefetch = prefetch;
+    p.num_replicas = replicas;
+    p.rank = rank;
+    return NBT_CHECK(nb_data_loader_create(d, &p));
+}
+
+/* For each N, R (also R > N), shuffle on and off: every rank's shard has ceil(N / R) samples in
+ * len() batches; interleaved (position k of rank r at global position k R + r) the shards are the
+ * unsharded loader's order of the epoch padded by wrapping, as torch's DistributedSampler pads; the
+ * first N global positions hold every sample once. Two epochs each, also after start_epoch and a
+ * reset in the middle of an epoch; prefetch on and off. */
+static void test_loader_shards(void **state)
+{
+    const int64_t sizes[4] = {10, 7, 1, 3};
+    for (int si = 0; si < 4; si++) {
+        int64_t n = sizes[si];
+        nb_dataset *d = small_dataset(n);
+        for (int shuffle = 0; shuffle <= 1; shuffle++) {
+            /* the unsharded order of epochs 0 and 1 */
+            int64_t ref[2][10], nbatch;
+            nb_data_loader *l = shard_loader(d, shuffle, 1, 0, 3, 0);
+            for (int e = 0; e < 2; e++) assert_int_equal(epoch_labels(l, ref[e], &nbatch), n);
+            nb_data_loader_free(l);
+            if (n == 10 && shuffle) assert_memory_not_equal(ref[0], ref[1], sizeof ref[0]);
+            for (int e = 0; e < 2 && !shuffle; e++)
+                for (int64_t i = 0; i < n; i++) assert_int_equal(ref[e][i], i);
+            for (int R = 1; R <= 4; R++) {
+                int64_t per = (n + R - 1) / R, bs = 1 + (R + si) % 3;
+                int64_t got[2][4][10];
+                for (int r = 0; r < R; r++) {
+                    int prefetch = (r + R) % 2 ? 2 : 0;
+                    l = shard_loader(d, shuffle, R, r, bs, prefetch);
+                    assert_int_equal(nb_data_loader_len(l), (per + bs - 1) / bs);
+                    for (int e = 0; e < 2; e++) {
+                        assert_int_equal(epoch_labels(l, got[e][r], &nbatch), per);
+                        assert_int_equal(nbatch, nb_data_loader_len(l));
+                    }
+                    /* start_epoch and reset give the same shard again */
+                    int64_t again[10];
+                    NBT_OK(nb_data_loader_start_epoch(l, 1));
+                    nb_tensor *x, *y;
+                    bool done;
+                    NBT_OK(nb_data_loader_next(l, &x, &y, &done));
+                    nb_tensor_free(x);
+                    nb_tensor_free(y);
+                    NBT_OK(nb_data_loader_reset(l));
+                    assert_int_equal(epoch_labels(l, again, &nbatch), per);
+                    assert_memory_equal(again, got[1][r], sizeof(int64_t) * (size_t)per);
+                    NBT_OK(nb_data_loader_start_epoch(l, 0));
+                    assert_int_equal(epoch_labels(l, again, &nbatch), per);
+                    assert_memory_equal(again, got[0][r], sizeof(int64_t) * (size_t)per);
+                    nb_data_loader_free(l);
+                }
+                for (int e = 0; e < 2; e++) {
+                    int first[10] = {0};
+                    for (int64_t k = 0; k < per; k++)
+                        for (int r = 0; r < R; r++) {
+                            int64_t g = k * R + r;
+                            assert_int_equal(got[e][r][k], ref[e][g % n]);
+                            if (g < n) first[got[e][r][k]]++;
+                        }
+                    for (int64_t i = 0; i < n; i++) assert_int_equal(first[i], 1);
+                }
+                /* the ranks see a new permutation each epoch */
+                if (n == 10 && shuffle && R < 4) assert_memory_not_equal(got[0][0], got[1][0], sizeof(int64_t) * (size_t)per);
+            }
+        }
+        nb_dataset_free(d);
+    }
+}
+
+/* By hand: N = 5, R = 2, no shuffle: total 6, rank 0 takes 0, 2, 4 and rank 1 takes 1, 3 and the
+ * padding 0. drop_last drops the shards' last short batch; a zeroed num_replicas counts as 1. */
+static void test_loader_shards_by_hand(void **state)
+{
+    nb_dataset *d = small_dataset(5);
+    const int64_t want[2][3] = {{0, 2, 4}, {1, 3, 0}};
+    for (int r = 0; r < 2; r++) {
+        nb_data_loader *l = shard_loader(d, false, 2, r, 2, r);
+        int64_t got[3], nbatch;
+        assert_int_equal(nb_data_loader_len(l), 2);
+        assert_int_equal(epoch_labels(l, got, &nbatch), 3);
+        assert_memory_equal(got, want[r], sizeof got);
+        nb_data_loader_free(l);
+        nb_data_loader_params p = nb_data_loader_params_default();
+        p.batch_size = 2;
+        p.drop_last = true;
+        p.num_replicas = 2;
+        p.rank = r;
+        l = NBT_CHECK(nb_data_loader_create(d, &p));
+        assert_int_equal(nb_data_loader_len(l), 1);
+        assert_int_equal(epoch_labels(l, got, &nbatch), 2);
+        assert_memory_equal(got, want[r], 2 * sizeof(int64_t));
+        nb_data_loader_free(l);
+    }
+    nb_data_loader_params p = nb_data_loader_params_default();
+    assert_int_equal(p.num_replicas, 1);
+    assert_int_equal(p.rank, 0);
+    p.num_replicas = 0;
+    p.batch_size = 5;
+    nb_data_loader *l = NBT_CHECK(nb_data_loader_create(d, &p));
+    int64_t got[5], nbatch;
+    assert_int_equal(epoch_labels(l, got, &nbatch), 5);
+    assert_memory_equal(got, ((int64_t[]){0, 1, 2, 3, 4}), sizeof got);
+    nb_data_loader_free(l);
+    /* errors */
+    p.num_replicas = -1;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_INVALID_ARG, "data_loader", "num_replicas -1", NULL);
+    p.num_replicas = 2;
+    p.rank = 2;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_INVALID_ARG, "data_loader: rank 2 is out of range for 2 replicas",
+              NULL);
+    p.rank = -1;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_INVALID_ARG, "data_loader", "rank -1", "2 replicas", NULL);
+    p.num_replicas = 0;
+    p.rank = 1;
+    NBT_FAILS(nb_data_loader_create(d, &p) == NULL, NB_ERR_INVALID_ARG, "data_loader", "rank 1", "1 replicas",
+              "num_replicas 0", NULL);
+    nb_dataset_free(d);
+}
+
+/* Augmentation is keyed by the global position: a rank's sample k is cropped, flipped and
+ * normalised exactly as the unsharded loader's sample at k R + r (for the positions before the
+ * padding), so ranks draw different streams and sharding changes no sample. */
+static void test_loader_shards_augment(void **state)
+{
+    const int64_t n = 23, sample = 40;
+    nb_dataset *d = image_dataset(n);
+    nb_data_loader_params p = nb_data_loader_params_default();
+    p.batch_size = 4;
+    p.shuffle = p.random_crop = p.hflip = true;
+    p.crop_padding = 1;
+    p.seed = 11;
+    p.norm_channels = 2;
+    p.mean[0] = 3.0f, p.mean[1] = -1.0f, p.std[0] = 2.0f, p.std[1] = 0.5f;
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        nb_scope *s = nb_scope_begin();
+        float *full = malloc(sizeof(float) * (size_t)(n * sample));
+        int64_t lab[23];
+        for (int R = 1; R <= 3; R++)
+            for (int r = 0; r < R; r++) {
+                nb_data_loader_params q = p;
+                q.num_replicas = R;
+                q.rank = r;
+                q.prefetch = r % 2 ? 0 : 3;
+                nb_data_loader *l = NBT_CHECK(nb_data_loader_create(d, &q));
+                NBT_OK(nb_data_loader_start_epoch(l, epoch));
+                int64_t k = 0;
+                nb_tensor *x, *y;
+                bool done;
+                while (nb_data_loader_next(l, &x, &y, &done) == NB_OK && !done) {
+                    const float *xv = nb_tensor_data_ptr(x);
+                    const int64_t *yv = nb_tensor_data_ptr(y);
+                    for (int64_t b = 0; b < nb_tensor_size(y, 0); b++, k++) {
+                        int64_t g = k * R + r;
+                        if (R == 1) {
+                            memcpy(full + g * sample, xv + b * sample, sizeof(float) * (size_t)sample);
+                            lab[g] = yv[b];
+                        } else if (g < n) {
+                            assert_int_equal(yv[b], lab[g]);
+                            assert_memory_equal(xv + b * sample, full + g * sample, sizeof(float) * (size_t)sample);
+                        }
+                    }
+                }
+                assert_true(done);
+                assert_int_equal(k, (n + R - 1) / R);
+                nb_data_loader_free(l);
+            }
+        free(full);
+        nb_scope_end(s);
+    }
+    nb_dataset_free(d);
+}
+
 /* pin_memory on a CPU loader: the same batches as without it; pinned CPU tensors when a GPU is
  * present, and ignored (as PyTorch's DataLoader ignores it) when there is none. */
 static void test_loader_pin_memory_cpu(void **state)
@@ -850,6 +1033,8 @@ int main(void)
         cmocka_unit_test(test_loader_epochs),       cmocka_unit_test(test_loader_normalise),
         cmocka_unit_test(test_transforms),          cmocka_unit_test(test_loader_augment),
         cmocka_unit_test(test_loader_prefetch_matches), cmocka_unit_test(test_loader_free_mid_epoch),
+        cmocka_unit_test(test_loader_shards),       cmocka_unit_test(test_loader_shards_by_hand),
+        cmocka_unit_test(test_loader_shards_augment),
         cmocka_unit_test(test_loader_pin_memory_cpu), cmocka_unit_test(test_pin_memory_without_gpu),
         cmocka_unit_test(test_fashion_mnist_throughput),
     };

@@ -97,7 +97,10 @@ typedef struct nb_data_loader_params {
      * RandomHorizontalFlip): random_crop pads the image by crop_padding zeros on each side and
      * takes a crop_size x crop_size window (crop_size 0: H x W) at a random offset; hflip
      * mirrors a sample with probability 1/2. Default off. The random choices depend only on
-     * (seed, epoch, position in the epoch), so they are reproducible with or without prefetch. */
+     * (seed, epoch, global position), so they are reproducible with or without prefetch. The
+     * global position is the sample's place in the epoch's padded order over all replicas (see
+     * num_replicas), not its place in this rank's shard: a sample gets the same crop and flip
+     * as at that position of the unsharded loader, and two ranks never share a stream. */
     bool random_crop;
     int64_t crop_padding;
     int64_t crop_size;
@@ -121,6 +124,19 @@ typedef struct nb_data_loader_params {
      * own nb_to_non_blocking. When there is no GPU (or nabla was built without CUDA) pin_memory
      * is ignored, as PyTorch's DataLoader ignores it (with a warning) without an accelerator. */
     bool pin_memory;
+    /* Data-parallel sharding, as PyTorch's DistributedSampler(num_replicas, rank, shuffle, seed,
+     * drop_last=False) feeding a DataLoader. Each epoch, the order of all N samples is built as
+     * without sharding (the same permutation of (seed, epoch) on every rank), padded to
+     * total = ceil(N / num_replicas) * num_replicas by repeating it from its beginning (as many
+     * times as needed when num_replicas > N), and rank r takes the positions r, r + num_replicas,
+     * r + 2 num_replicas, ... (torch's indices[rank:total:num_replicas]): ceil(N / num_replicas)
+     * samples, batched by batch_size and drop_last as above. Every rank must use the same seed,
+     * shuffle and nb_data_loader_start_epoch calls (PyTorch's set_epoch). num_replicas: default
+     * 1 (0, as in a zeroed struct, counts as 1); rank: default 0, 0 <= rank < num_replicas. A
+     * negative num_replicas or a rank out of range fails nb_data_loader_create with
+     * NB_ERR_INVALID_ARG ("data_loader: rank 2 is out of range for 2 replicas"). */
+    int num_replicas;
+    int rank;
 } nb_data_loader_params;
 
 NB_API nb_data_loader_params nb_data_loader_params_default(void);
@@ -145,7 +161,8 @@ NB_API nb_status nb_data_loader_start_epoch(nb_data_loader *l, int64_t epoch);
 NB_API nb_status nb_data_loader_reset(nb_data_loader *l);
 /* The current epoch number. */
 NB_API int64_t nb_data_loader_epoch(const nb_data_loader *l);
-/* Batches per epoch: ceil(N / batch_size), or floor with drop_last. */
+/* Batches per epoch: ceil(S / batch_size), or floor with drop_last, where S is the number of
+ * samples of this rank's shard, ceil(N / num_replicas) (N when not sharded). */
 NB_API int64_t nb_data_loader_len(const nb_data_loader *l);
 
 #ifdef __cplusplus

@@ -9,8 +9,12 @@
  * as soon as the copies are queued: the pinned allocator reuses them only after the copies ran.
  *
  * Reproducibility: the order of epoch e is a Fisher-Yates shuffle driven by hash(seed, e), and
- * the augmentation of the k-th sample of epoch e by hash(seed, e, k); both are independent of
- * which thread builds a batch and when. */
+ * the augmentation of the sample at global position g of epoch e by hash(seed, e, g); both are
+ * independent of which thread builds a batch and when.
+ *
+ * Sharding (DistributedSampler): perm holds the epoch's order of all n samples on every rank; the
+ * k-th sample of rank r is at global position g = k * R + r of that order padded by wrapping
+ * (perm[g % n]), so neither the padded order nor the shard is stored. With R = 1, g = k. */
 #include <pthread.h>
 #include <string.h>
 
@@ -33,6 +37,7 @@ struct nb_data_loader {
     nb_dataset *ds;
     nb_data_loader_params p;
     int64_t n, nbatches;
+    int64_t replicas, shard_n; /* num_replicas (0 taken as 1); samples of this rank per epoch */
     int in_ndim, out_ndim;
     int64_t in_shape[NB_MAX_DIMS], out_shape[NB_MAX_DIMS + 1]; /* out_shape[0] is the batch */
     int64_t in_numel, out_numel;
@@ -60,6 +65,8 @@ nb_data_loader_params nb_data_loader_params_default(void)
     p.prefetch = 2;
     p.device = nb_cpu();
     p.pin_memory = false;
+    p.num_replicas = 1;
+    p.rank = 0;
     return p;
 }
 
@@ -96,13 +103,15 @@ void nb__data_hflip(float *x, int64_t c, int64_t h, int64_t w)
     }
 }
 
-/* Crop, flip and normalise the k-th sample of `epoch`, read from ds into out. */
+/* Crop, flip and normalise the k-th sample of this rank's shard of `epoch`, read from ds into
+ * out. Its global position g keys the augmentation, so that the ranks' streams differ. */
 static nb_status load_sample(nb_data_loader *l, int64_t epoch, int64_t k, float *out, int64_t *label)
 {
     const nb_data_loader_params *p = &l->p;
     float *dst = p->random_crop ? l->scratch : out;
-    NB_TRY(nb_dataset_get(l->ds, l->perm[k], dst, label));
-    uint64_t rng = nb__mix64(p->seed ^ nb__mix64((uint64_t)epoch * 2 + 1) ^ nb__mix64((uint64_t)k * 2 + 2));
+    int64_t g = k * l->replicas + p->rank;
+    NB_TRY(nb_dataset_get(l->ds, l->perm[g % l->n], dst, label));
+    uint64_t rng = nb__mix64(p->seed ^ nb__mix64((uint64_t)epoch * 2 + 1) ^ nb__mix64((uint64_t)g * 2 + 2));
     int64_t c = l->out_shape[1];
     if (p->random_crop) {
         int64_t h = l->in_shape[1], w = l->in_shape[2], oh = l->out_shape[2], ow = l->out_shape[3];
@@ -158,7 +167,7 @@ static nb_status queue_to_device(nb_data_loader *l, batch *out)
 static void make_batch(nb_data_loader *l, int64_t epoch, int64_t b, batch *out)
 {
     int64_t start = b * l->p.batch_size;
-    int64_t bs = l->n - start < l->p.batch_size ? l->n - start : l->p.batch_size;
+    int64_t bs = l->shard_n - start < l->p.batch_size ? l->shard_n - start : l->p.batch_size;
     int64_t shape[NB_MAX_DIMS + 1];
     memcpy(shape, l->out_shape, sizeof shape);
     shape[0] = bs;
@@ -278,6 +287,12 @@ static nb_status check_params(const nb_data_loader *l)
 {
     const nb_data_loader_params *p = &l->p;
     if (p->batch_size < 1) return nb__err(NB_ERR_INVALID_ARG, "data_loader: batch_size %lld (must be >= 1)", (long long)p->batch_size);
+    if (p->num_replicas < 0)
+        return nb__err(NB_ERR_INVALID_ARG, "data_loader: num_replicas %d is negative (0 or 1: no sharding)", p->num_replicas);
+    int replicas = p->num_replicas > 0 ? p->num_replicas : 1;
+    if (p->rank < 0 || p->rank >= replicas)
+        return nb__err(NB_ERR_INVALID_ARG, "data_loader: rank %d is out of range for %d replicas%s", p->rank, replicas,
+                       p->num_replicas == 0 ? " (num_replicas 0 counts as 1)" : "");
     if (p->prefetch < 0 || p->prefetch > MAX_PREFETCH)
         return nb__err(NB_ERR_INVALID_ARG, "data_loader: prefetch %d (0 to %d)", p->prefetch, MAX_PREFETCH);
     if (p->norm_channels != 0 && (p->norm_channels != l->in_shape[0] || p->norm_channels > NB_DATA_MAX_CHANNELS))
@@ -308,7 +323,9 @@ static nb_status loader_init(nb_data_loader *l)
     memcpy(l->in_shape, shape, sizeof(int64_t) * (size_t)l->in_ndim);
     NB_TRY(check_params(l));
     l->n = nb_dataset_size(l->ds);
-    l->nbatches = l->p.drop_last ? l->n / l->p.batch_size : (l->n + l->p.batch_size - 1) / l->p.batch_size;
+    l->replicas = l->p.num_replicas > 0 ? l->p.num_replicas : 1;
+    l->shard_n = (l->n + l->replicas - 1) / l->replicas;
+    l->nbatches = l->p.drop_last ? l->shard_n / l->p.batch_size : (l->shard_n + l->p.batch_size - 1) / l->p.batch_size;
     l->out_ndim = l->in_ndim + 1;
     memcpy(l->out_shape + 1, l->in_shape, sizeof(int64_t) * (size_t)l->in_ndim);
     if (l->p.random_crop && l->p.crop_size > 0) l->out_shape[2] = l->out_shape[3] = l->p.crop_size;
