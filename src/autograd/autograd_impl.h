@@ -100,11 +100,12 @@ nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const n
  * autograd, bumping out's version (src/ops/linalg.c). */
 nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha);
 
-/* The optimizer step in backward (src/optim/optim.c, nb_optim_step_in_backward). Runs parameter
- * i's update from its grad (none when the grad is NULL) and sets the grad to NULL. */
-nb_status nb__optim_step_one(struct nb_optim *o, int i);
-/* Whether the optimizer's update is p += alpha * grad (plain SGD: alpha = -lr). */
-bool nb__optim_sgd_sink(const struct nb_optim *o, double *alpha);
+
+/* Queues fn(ctx, st) to run once the calling thread's current backward has walked its whole
+ * graph, st being the backward's status so far; for a leaf hook (nb__leaf_hook.ready) with work
+ * to finish after the last gradient (and to clean up after a failure). Callbacks run in the
+ * order queued; the first failing status is backward's. Outside a backward: NB_ERR_INTERNAL. */
+nb_status nb__backward_queue_callback(nb_status (*fn)(void *ctx, nb_status st), void *ctx);
 
 /* Convenience for the common case: if grad is needed for inputs, makes a node for op, saves the
  * `n_save` tensors `save`, and attaches it to out. Returns the node (owned by out; may be used

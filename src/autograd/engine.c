@@ -36,7 +36,7 @@ static nb_status collect(nb_node *root, node_list *all)
         st = list_push(all, n);
         for (int i = 0; i < n->n_inputs && st == NB_OK; i++) {
             nb_tensor *leaf = n->next[i].leaf;
-            if (leaf && leaf->bw_optim) leaf->bw_pending++;
+            if (leaf && leaf->bw_hook) leaf->bw_pending++;
             nb_node *next = n->next[i].fn;
             if (!next) continue;
             if (!next->seen) {
@@ -139,12 +139,12 @@ static nb_status release_deps(nb_node *n, node_list *ready)
     return NB_OK;
 }
 
-/* One edge into a leaf whose optimizer steps in backward has run: after the last one, the leaf's
- * gradient is whole, and the optimizer takes it. */
+/* One edge into a leaf with a gradient hook has run: after the last one, the leaf's gradient is
+ * whole, and the hook's owner takes it. */
 static nb_status leaf_edge_done(nb_tensor *leaf)
 {
-    if (!leaf || !leaf->bw_optim || --leaf->bw_pending > 0) return NB_OK;
-    return nb__optim_step_one(leaf->bw_optim, leaf->bw_index);
+    if (!leaf || !leaf->bw_hook || --leaf->bw_pending > 0) return NB_OK;
+    return leaf->bw_hook->ready(leaf->bw_owner, leaf->bw_index);
 }
 
 /* Runs one node: its rule on its accumulated gradient, then passes the results on. A node that
@@ -215,6 +215,51 @@ static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
     return st;
 }
 
+/* The callbacks queued during one backward (nb__backward_queue_callback). */
+#define MAX_CALLBACKS 16
+typedef struct callback_list {
+    struct {
+        nb_status (*fn)(void *ctx, nb_status st);
+        void *ctx;
+    } items[MAX_CALLBACKS];
+    int n;
+} callback_list;
+
+static _Thread_local callback_list *tl_callbacks;
+
+nb_status nb__backward_queue_callback(nb_status (*fn)(void *ctx, nb_status st), void *ctx)
+{
+    callback_list *l = tl_callbacks;
+    if (!l) return nb__err(NB_ERR_INTERNAL, "backward: a callback was queued outside backward");
+    if (l->n == MAX_CALLBACKS)
+        return nb__err(NB_ERR_INTERNAL, "backward: more than %d callbacks queued", MAX_CALLBACKS);
+    l->items[l->n].fn = fn;
+    l->items[l->n].ctx = ctx;
+    l->n++;
+    return NB_OK;
+}
+
+/* Runs the graph (or a leaf root's accumulation) with a callback list of its own, then the
+ * callbacks: each runs, also after a failure, so that it can clean up. */
+static nb_status run_with_callbacks(nb_tensor *t, nb_node *root, nb_tensor *g, int flags)
+{
+    callback_list list = {.n = 0}, *outer = tl_callbacks;
+    tl_callbacks = &list;
+    nb_status st;
+    if (root) {
+        st = run_graph(root, g, flags);
+    } else {
+        st = accumulate_leaf(t, g, false);
+        if (st == NB_OK && t->bw_hook) st = t->bw_hook->ready(t->bw_owner, t->bw_index);
+    }
+    tl_callbacks = outer;
+    for (int i = 0; i < list.n; i++) {
+        nb_status cst = list.items[i].fn(list.items[i].ctx, st);
+        if (st == NB_OK) st = cst;
+    }
+    return st;
+}
+
 nb_status nb_backward(nb_tensor *t, const nb_tensor *grad, int flags)
 {
     if (!t) return nb__err(NB_ERR_INVALID_ARG, "backward: NULL tensor");
@@ -240,12 +285,7 @@ nb_status nb_backward(nb_tensor *t, const nb_tensor *grad, int flags)
         if (!g) st = nb_last_status();
     }
     nb_node *root = st == NB_OK ? nb__view_refresh(t) : NULL;
-    if (st == NB_OK && root) {
-        st = run_graph(root, g, flags);
-    } else if (st == NB_OK) {
-        st = accumulate_leaf(t, g, false);
-        if (st == NB_OK && t->bw_optim) st = nb__optim_step_one(t->bw_optim, t->bw_index);
-    }
+    if (st == NB_OK) st = run_with_callbacks(t, root, g, flags);
     nb_scope_end(s);
     nb_set_grad_enabled(prev);
     return st;

@@ -101,10 +101,10 @@ bool nb__edge_needs_grad(const nb_node *node, int i)
 nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const nb_tensor *y, double *alpha)
 {
     nb_tensor *leaf = i < node->n_inputs ? node->next[i].leaf : NULL;
-    if (!leaf || !leaf->bw_optim || leaf->bw_pending != 1 || leaf->grad || leaf->storage == x->storage ||
-        leaf->storage == y->storage)
+    if (!leaf || !leaf->bw_hook || !leaf->bw_hook->sink || leaf->bw_pending != 1 || leaf->grad ||
+        leaf->storage == x->storage || leaf->storage == y->storage)
         return NULL;
-    return nb__optim_sgd_sink(leaf->bw_optim, alpha) ? leaf : NULL;
+    return leaf->bw_hook->sink(leaf->bw_owner, alpha) ? leaf : NULL;
 }
 
 nb_status nb__node_save(nb_node *node, int i, const nb_tensor *t)

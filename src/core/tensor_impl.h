@@ -59,12 +59,27 @@ struct nb_tensor {
      * view makes the view's history be rebuilt from the base's. */
     nb_tensor *base;
     uint64_t view_version;
-    /* A leaf whose optimizer steps in backward (nb_optim_step_in_backward): the optimizer (weak:
-     * it clears this before it is freed) and this tensor's index among its parameters; and the
+    /* A leaf with a gradient hook (nb__leaf_hook): the hook's table and owner (weak: the owner
+     * clears them before it is freed), this tensor's index among the owner's tensors; and the
      * engine's count, during one backward, of the graph's edges into it still to run (0 outside). */
-    struct nb_optim *bw_optim;
+    const struct nb__leaf_hook *bw_hook;
+    void *bw_owner;
     int bw_index, bw_pending;
 };
+
+/* What the backward engine calls for a leaf whose owner watches its gradient: an optimizer that
+ * steps in backward (nb_optim_step_in_backward) or a data-parallel wrapper that reduces gradients
+ * as they are ready (nb_ddp). A leaf has at most one. */
+typedef struct nb__leaf_hook {
+    /* The leaf's gradient is whole for this backward (every edge of the graph into it has run;
+     * its grad may be NULL when none carried a gradient). */
+    nb_status (*ready)(void *owner, int index);
+    /* Whether the owner's use of the gradient is p += alpha * grad (plain SGD), so that a rule may
+     * add the gradient's product straight into the leaf (nb__edge_sink). NULL: never. */
+    bool (*sink)(const void *owner, double *alpha);
+    /* Names the owner in errors ("optimizer", "DistributedDataParallel"). */
+    const char *name;
+} nb__leaf_hook;
 
 /* ---- construction (internal: these return caller-owned references, never scope-tracked) --- */
 
@@ -90,7 +105,7 @@ nb_tensor *nb__tensor_new_host(const char *op, const int64_t *shape, int ndim, n
 nb_tensor *nb__tensor_alias(const nb_tensor *t, const int64_t *shape, const int64_t *strides,
                             int ndim, int64_t offset);
 /* nb_clone, always contiguous (for code that addresses the copy by contiguous strides). */
-nb_tensor *nb__clone_contiguous(const nb_tensor *t);
+nb_tensor *nb__clone_contiguous(const nb_tensor *t); /* scope-tracked, as nb_clone */
 /* Registers a new reference in the current scope (if any) and returns it: every public function
  * returning a tensor ends with `return nb__track(t);`. NULL passes through. */
 nb_tensor *nb__track(nb_tensor *t);

@@ -79,7 +79,10 @@ void nb_optim_free(nb_optim *o)
 {
     if (!o) return;
     for (int i = 0; i < o->n; i++) {
-        if (o->params && o->params[i] && o->params[i]->bw_optim == o) o->params[i]->bw_optim = NULL;
+        if (o->params && o->params[i] && o->params[i]->bw_owner == o) {
+            o->params[i]->bw_hook = NULL;
+            o->params[i]->bw_owner = NULL;
+        }
         if (o->params) nb_tensor_free(o->params[i]);
         if (o->st)
             for (int b = 0; b < NB_OPTIM_MAX_BUFS; b++) nb_tensor_free(o->st[i].buf[b]);
@@ -211,8 +214,11 @@ nb_status nb_optim_step(nb_optim *o)
 
 /* ---- the step in backward ---------------------------------------------------------------- */
 
-nb_status nb__optim_step_one(nb_optim *o, int i)
+/* Parameter i's gradient is whole: its update from its grad (none when the grad is NULL), and
+ * the grad is set back to NULL. */
+static nb_status step_one(void *owner, int i)
 {
+    nb_optim *o = owner;
     nb_tensor *p = o->params[i];
     nb_status st = p->grad ? step_range(o, i, i + 1) : NB_OK;
     nb__release(p->grad);
@@ -220,31 +226,37 @@ nb_status nb__optim_step_one(nb_optim *o, int i)
     return st;
 }
 
-bool nb__optim_sgd_sink(const nb_optim *o, double *alpha)
+/* Whether the update is p += alpha * grad (plain SGD: alpha = -lr). */
+static bool sgd_sink(const void *owner, double *alpha)
 {
+    const nb_optim *o = owner;
     if (o->kind != NB__SGD || o->momentum != 0 || o->weight_decay != 0) return false;
     *alpha = -o->lr;
     return true;
 }
 
+static const nb__leaf_hook step_hook = {step_one, sgd_sink, "optimizer"};
+
 nb_status nb_optim_step_in_backward(nb_optim *o, bool on)
 {
     if (!o) return nb__err(NB_ERR_INVALID_ARG, "optim step_in_backward: optimizer is NULL");
     for (int i = 0; i < o->n && on; i++) {
-        const nb_optim *other = o->params[i]->bw_optim;
-        if (other && other != o)
-            return nb__err(NB_ERR_INVALID_ARG,
-                           "optim step_in_backward: params[%d] already steps in backward with another optimizer", i);
+        const nb_tensor *p = o->params[i];
+        if (p->bw_hook && p->bw_owner != o)
+            return nb__err(NB_ERR_INVALID_ARG, "optim step_in_backward: params[%d] already has its gradient taken in "
+                           "backward by another %s", i, p->bw_hook->name);
         for (int j = 0; j < i; j++)
             if (o->params[j] == o->params[i])
                 return nb__err(NB_ERR_INVALID_ARG, "optim step_in_backward: params[%d] is params[%d] again", i, j);
     }
     for (int i = 0; i < o->n; i++) {
         if (on) {
-            o->params[i]->bw_optim = o;
+            o->params[i]->bw_hook = &step_hook;
+            o->params[i]->bw_owner = o;
             o->params[i]->bw_index = i;
-        } else if (o->params[i]->bw_optim == o) {
-            o->params[i]->bw_optim = NULL;
+        } else if (o->params[i]->bw_owner == o) {
+            o->params[i]->bw_hook = NULL;
+            o->params[i]->bw_owner = NULL;
         }
     }
     return NB_OK;
