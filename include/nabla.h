@@ -18,5 +18,6 @@
 #include "nabla/models.h"
 #include "nabla/cuda.h"
 #include "nabla/profiler.h"
+#include "nabla/dist.h"
 
 #endif

@@ -7,8 +7,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # ocl-icd-opencl-dev: only a Recommends of libdnnl-dev, but Debian's oneDNN is built with the OpenCL
 # GPU runtime and its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
+# libopenmpi-dev, openmpi-bin: the process group and DistributedDataParallel (nabla/dist.h) and
+# their tests under mpiexec.
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev libopenblas-openmp-dev libdnnl-dev
-      ocl-icd-opencl-dev zlib1g-dev python3 python3-venv python3-torch python3-numpy dataset-fashion-mnist)
+      ocl-icd-opencl-dev zlib1g-dev libopenmpi-dev openmpi-bin python3 python3-venv python3-torch python3-numpy dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

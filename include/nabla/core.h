@@ -48,7 +48,8 @@ typedef enum nb_status {
     NB_ERR_FORMAT,      /* a file's contents are malformed */
     NB_ERR_UNSUPPORTED, /* the op has no kernel for this device or dtype */
     NB_ERR_AUTOGRAD,    /* a misuse of autograd (second backward, modified saved tensor...) */
-    NB_ERR_INTERNAL     /* a bug in nabla */
+    NB_ERR_INTERNAL,    /* a bug in nabla */
+    NB_ERR_COMM         /* a collective across processes failed, or the ranks disagree (nabla/dist.h) */
 } nb_status;
 
 /* The message of the last failure on the calling thread ("" if none). Valid until the next

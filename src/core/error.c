@@ -67,6 +67,7 @@ const char *nb_status_name(nb_status s)
     case NB_ERR_UNSUPPORTED: return "unsupported";
     case NB_ERR_AUTOGRAD: return "autograd error";
     case NB_ERR_INTERNAL: return "internal error";
+    case NB_ERR_COMM: return "communication error";
     }
     return "unknown status";
 }
