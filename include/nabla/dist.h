@@ -92,7 +92,7 @@ typedef struct nb_ddp_params {
 NB_API nb_ddp_params nb_ddp_params_default(void);
 
 /* Wraps module m (borrowed: it must outlive the wrapper) for data-parallel training over pg
- * (borrowed too). A collective: every rank calls it with the same architecture. It checks that
+ * (borrowed too). Make it after moving m to its device (nb_module_to replaces the tensors). A collective: every rank calls it with the same architecture. It checks that
  * the ranks' parameters and buffers agree in number, names, dtypes and shapes (NB_ERR_COMM naming
  * the first that differs), then sends rank 0's parameters and buffers to every rank (torch does
  * the same), so replicas start equal. From then on, each backward that reaches m's parameters
