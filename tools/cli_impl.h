@@ -24,6 +24,7 @@ typedef struct cli_opts {
     const char *conv_algo;     /* bench, train: "auto", "direct" or "winograd" (NULL: nb_get_conv_algo's) */
     const char *cuda_graph;       /* bench: "on" or "off" (NULL: off), the step as a CUDA graph */
     const char *step_in_backward; /* bench: "on" or "off" (NULL: off), nb_optim_step_in_backward */
+    const char *dist;        /* train: "auto" (NULL), "mpi" or "off" */
     const char *threads_arg; /* --threads as given (bench takes a comma-separated list) */
     int64_t epochs, batch_size, limit, threads;
     int64_t stop_after; /* train: end this run after that many epochs (0: run to --epochs) */ /* threads: 0 unless one number was given */
@@ -59,6 +60,27 @@ nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device
 /* Loads the "model." entries of checkpoint map ck into m (strict). */
 nb_status cli_load_model(nb_module *m, const nb_tensor_map *ck);
 double cli_now(void);
+
+/* ---- data-parallel training (train_dist.c) ---- */
+
+/* In a data-parallel run of more than one process, this process's rank: cli_fail then starts its
+ * messages with "rank N: ". -1 otherwise. */
+extern int cli_rank;
+/* --dist auto|mpi|off: *pg = the MPI process group (every rank of an mpiexec launch) when the run
+ * is data parallel, else NULL. auto: when the environment shows a launch of more than one
+ * process and nabla has MPI; mpi: always (a usage error without MPI). With more than one rank and
+ * no thread count given, the cores are split between the ranks on this machine. */
+int cli_dist_init(const cli_opts *o, nb_process_group **pg);
+/* Every rank's exit code after a step that may fail on some ranks only (a collective): rc where
+ * this rank failed, else the worst other rank's code (rank 0 says that others failed). */
+int cli_dist_agree(nb_process_group *pg, int rc);
+/* v[0..n) replaced by their sums over the ranks (a no-op without pg). */
+nb_status cli_dist_sum(nb_process_group *pg, double *v, int n);
+/* Rank 0's buffers (batch norm's running statistics) sent to every rank. */
+nb_status cli_dist_broadcast_buffers(nb_process_group *pg, nb_module *m);
+/* cli_evaluate over the whole test set d, each rank evaluating 1/R of it (a collective). */
+nb_status cli_dist_evaluate(nb_process_group *pg, nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev,
+                            double *loss, double *acc);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -2,7 +2,9 @@
  * resume. A checkpoint holds the model ("model.<name>"), the optimizer ("optim.<...>", see
  * nabla/optim.h) and metadata (epoch = epochs done, model, seed, optimizer, data). Every random
  * choice depends only on (seed, epoch): the loader's permutation, and the default generator
- * (dropout) which is reseeded at each epoch's start, so a resumed run equals an uninterrupted one. */
+ * (dropout) which is reseeded at each epoch's start, so a resumed run equals an uninterrupted one.
+ * Under mpiexec (train_dist.c) every rank runs this loop on its shard of each epoch, through
+ * nb_ddp; rank 0 alone prints and writes the metrics and checkpoints. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +25,15 @@ typedef struct trainer {
     int64_t start_epoch;
     FILE *metrics;
     bool tty;
+    nb_process_group *pg; /* data parallel (--dist); NULL for one process */
+    nb_ddp *ddp;
+    int rank, size;       /* 0 and 1 without pg */
 } trainer;
 
 static void trainer_free(trainer *t)
 {
     nb_data_loader_free(t->loader);
+    nb_ddp_free(t->ddp);
     nb_lr_scheduler_free(t->sched);
     nb_optim_free(t->opt);
     nb_module_free(t->m);
@@ -35,6 +41,7 @@ static void trainer_free(trainer *t)
     nb_dataset_free(t->test);
     nb_tensor_map_free(t->ck);
     if (t->metrics) fclose(t->metrics);
+    nb_process_group_free(t->pg); /* a collective: every rank gets here */
 }
 
 static nb_optim *make_optim(trainer *t)
@@ -96,7 +103,7 @@ static int setup(trainer *t)
     if (t->o.threads > 0 && nb_set_num_threads((int)t->o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
     if ((rc = cli_set_conv_algo("train", t->o.conv_algo)) != CLI_OK) return rc;
     if (t->o.resume && (rc = read_resume(t)) != CLI_OK) return rc;
-    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
+    if (t->rank == 0 && t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
         return cli_fail(CLI_RUNTIME, "train: cannot open %s for writing", t->o.metrics);
     if (!(t->train = cli_dataset(&t->o, true, t->o.limit)) || !(t->test = cli_dataset(&t->o, false, 0)))
         return cli_fail_nb(CLI_RUNTIME, "train");
@@ -104,6 +111,8 @@ static int setup(trainer *t)
     if (t->ck && cli_load_model(t->m, t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: resume");
     if (nb_module_to(t->m, t->dev) != NB_OK || !(t->opt = make_optim(t))) return cli_fail_nb(CLI_RUNTIME, "train");
     nb_data_loader_params lp = cli_loader_params(&t->o, t->o.batch_size, true, t->dev);
+    lp.num_replicas = t->size; /* DistributedSampler: each rank its 1/size of the epoch's order */
+    lp.rank = t->rank;
     if (!(t->loader = nb_data_loader_create(t->train, &lp))) return cli_fail_nb(CLI_RUNTIME, "train");
     /* the schedule takes its base rate before a resumed optimizer's current rate is loaded */
     int64_t steps = t->o.epochs * nb_data_loader_len(t->loader);
@@ -137,7 +146,7 @@ static void progress(const trainer *t, int64_t epoch, int64_t b, int64_t nb, dou
 /* One training step on (x, y): adds the batch's mean loss to *sum. */
 static nb_status step(trainer *t, nb_tensor *x, nb_tensor *y, double *sum)
 {
-    nb_tensor *logits = nb_module_forward(t->m, x);
+    nb_tensor *logits = t->ddp ? nb_ddp_forward(t->ddp, x) : nb_module_forward(t->m, x);
     nb_tensor *loss = logits ? nb_cross_entropy(logits, y, NULL) : NULL;
     double v = 0;
     if (!loss || nb_backward(loss, NULL, 0) != NB_OK || nb_optim_step(t->opt) != NB_OK ||
@@ -167,13 +176,18 @@ static nb_status train_epoch(trainer *t, int64_t epoch, double *loss, int64_t *s
         }
         nb_scope_end(s);
         double el = cli_now() - t0;
-        if (st == NB_OK && !done && ((t->tty && el - last > 0.1) || (!t->tty && b % every == 0) || b == nbatch)) {
-            progress(t, epoch, b, nbatch, sum / (double)b, (double)*samples / el, el);
+        bool due = (t->tty && el - last > 0.1) || (!t->tty && b % every == 0) || b == nbatch;
+        if (st == NB_OK && !done && t->rank == 0 && due) {
+            progress(t, epoch, b, nbatch, sum / (double)b, (double)(*samples * t->size) / el, el);
             last = el;
         }
     }
-    if (t->tty) printf("\n");
-    *loss = b ? sum / (double)b : 0;
+    if (t->tty && t->rank == 0) printf("\n");
+    /* the epoch's numbers over all ranks: the mean of every rank's batch losses, all samples */
+    double v[3] = {sum, (double)b, (double)*samples};
+    if (st == NB_OK) st = cli_dist_sum(t->pg, v, 3);
+    *loss = v[1] > 0 ? v[0] / v[1] : 0;
+    *samples = (int64_t)v[2];
     return st;
 }
 
@@ -213,6 +227,24 @@ static void json_num(FILE *f, const char *key, double v, bool last)
     else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
+/* Rank 0's report of an epoch: the line on stdout and the --metrics line. */
+static int report(trainer *t, int64_t e, double loss, double tl, double acc, double secs, double rate)
+{
+    printf("epoch %lld/%lld train loss %.6f test loss %.6f accuracy %.6f (%.1f s, %.0f samples/s)\n",
+           (long long)e + 1, (long long)t->o.epochs, loss, tl, acc, secs, rate);
+    fflush(stdout);
+    if (!t->metrics) return CLI_OK;
+    fprintf(t->metrics, "{\"epoch\": %lld, ", (long long)e + 1);
+    json_num(t->metrics, "train_loss", loss, false);
+    json_num(t->metrics, "test_loss", tl, false);
+    json_num(t->metrics, "test_accuracy", acc, false);
+    json_num(t->metrics, "seconds", secs, false);
+    json_num(t->metrics, "samples_per_second", rate, true);
+    fprintf(t->metrics, "}\n");
+    if (fflush(t->metrics) != 0) return cli_fail(CLI_RUNTIME, "train: cannot write %s", t->o.metrics);
+    return CLI_OK;
+}
+
 static int run_epochs(trainer *t)
 {
     int64_t end = t->o.epochs;
@@ -222,48 +254,58 @@ static int run_epochs(trainer *t)
         int64_t n = 0;
         if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
         double secs = cli_now() - t0, rate = secs > 0 ? (double)n / secs : 0;
-        if (cli_evaluate(t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
-        printf("epoch %lld/%lld train loss %.6f test loss %.6f accuracy %.6f (%.1f s, %.0f samples/s)\n",
-               (long long)e + 1, (long long)t->o.epochs, loss, tl, acc, secs, rate);
-        fflush(stdout);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"epoch\": %lld, ", (long long)e + 1);
-            json_num(t->metrics, "train_loss", loss, false);
-            json_num(t->metrics, "test_loss", tl, false);
-            json_num(t->metrics, "test_accuracy", acc, false);
-            json_num(t->metrics, "seconds", secs, false);
-            json_num(t->metrics, "samples_per_second", rate, true);
-            fprintf(t->metrics, "}\n");
-            if (fflush(t->metrics) != 0) return cli_fail(CLI_RUNTIME, "train: cannot write %s", t->o.metrics);
-        }
-        if (t->o.save && save(t, e + 1) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train: save");
+        if (cli_dist_evaluate(t->pg, t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK)
+            return cli_fail_nb(CLI_RUNTIME, "train");
+        int rc = CLI_OK;
+        if (t->rank == 0) rc = report(t, e, loss, tl, acc, secs, rate);
+        if (rc == CLI_OK && t->rank == 0 && t->o.save && save(t, e + 1) != NB_OK)
+            rc = cli_fail_nb(CLI_RUNTIME, "train: save");
+        if ((rc = cli_dist_agree(t->pg, rc)) != CLI_OK) return rc; /* rank 0's failure stops every rank */
     }
     return CLI_OK;
 }
 
+/* The header: the model, data, optimizer, device and threads, and the data-parallel layout. */
+static void header(const trainer *t)
+{
+    char dev[32];
+    nb_device_str(t->dev, dev, sizeof dev);
+    printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads%s%s\n", t->o.model,
+           (long long)nb_module_num_parameters(t->m), t->o.data, (long long)nb_dataset_size(t->train),
+           t->o.optimizer, t->sched ? " with cosine schedule" : "", dev, nb_get_num_threads(),
+           t->dev.type == NB_DEVICE_CPU ? ", cpu convolutions " : "",
+           t->dev.type == NB_DEVICE_CPU ? nb_conv_algo_name(nb_get_conv_algo()) : "");
+    if (t->pg)
+        printf("data parallel over %d process%s (MPI): batch %lld per process, global batch %lld, %lld samples per "
+               "process per epoch\n",
+               t->size, t->size == 1 ? "" : "es", (long long)t->o.batch_size, (long long)t->o.batch_size * t->size,
+               (long long)((nb_dataset_size(t->train) + t->size - 1) / t->size));
+    if (t->start_epoch > 0) printf("resuming from %s after epoch %lld\n", t->o.resume, (long long)t->start_epoch);
+}
+
 int cmd_train(int argc, char **argv)
 {
-    trainer t = {0};
+    trainer t = {.size = 1};
     int rc = cli_parse(argc, argv, 2, "train",
                        "--model --data --data-dir --epochs --batch-size --lr --optimizer --device --threads "
-                       "--seed --save --resume --metrics --limit --schedule --stop-after --conv-algo",
+                       "--seed --save --resume --metrics --limit --schedule --stop-after --conv-algo --dist",
                        &t.o);
     if (rc != CLI_OK) return rc;
     if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
     double t0 = cli_now();
-    rc = setup(&t);
+    if ((rc = cli_dist_init(&t.o, &t.pg)) != CLI_OK) return rc;
+    if (t.pg) {
+        t.rank = nb_process_group_rank(t.pg);
+        t.size = nb_process_group_size(t.pg);
+    }
+    rc = cli_dist_agree(t.pg, setup(&t)); /* a rank that cannot read its data stops them all */
+    /* after setup: the optimizer and the resumed state hold the parameters, which DDP sets in place */
+    if (rc == CLI_OK && t.pg && !(t.ddp = nb_ddp_create(t.pg, t.m, NULL))) rc = cli_fail_nb(CLI_RUNTIME, "train");
     if (rc == CLI_OK) {
-        char dev[32];
-        nb_device_str(t.dev, dev, sizeof dev);
-        printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads%s%s\n", t.o.model,
-               (long long)nb_module_num_parameters(t.m), t.o.data, (long long)nb_dataset_size(t.train),
-               t.o.optimizer, t.sched ? " with cosine schedule" : "", dev, nb_get_num_threads(),
-               t.dev.type == NB_DEVICE_CPU ? ", cpu convolutions " : "",
-               t.dev.type == NB_DEVICE_CPU ? nb_conv_algo_name(nb_get_conv_algo()) : "");
-        if (t.start_epoch > 0) printf("resuming from %s after epoch %lld\n", t.o.resume, (long long)t.start_epoch);
+        if (t.rank == 0) header(&t);
         rc = run_epochs(&t);
     }
-    if (rc == CLI_OK) printf("total training time %.1f s\n", cli_now() - t0);
+    if (rc == CLI_OK && t.rank == 0) printf("total training time %.1f s\n", cli_now() - t0);
     trainer_free(&t);
     return rc;
 }

@@ -18,6 +18,14 @@ static const char *const usage_text =
     "        [--schedule none|cosine] [--stop-after N] [--conv-algo auto|direct|winograd]\n"
     "        (cosine: the rate anneals to 0 over all --epochs; --stop-after N ends this run after N\n"
     "        epochs, e.g. to resume it later; --conv-algo as for bench)\n"
+    "        [--dist auto|mpi|off]: data parallel, as torch's DistributedDataParallel: started as\n"
+    "        `mpiexec -n R nabla train ...`, R processes each train on 1/R of every epoch's samples\n"
+    "        and average their gradients (--dist auto: when so launched and nabla has MPI; mpi:\n"
+    "        always; off: never). --batch-size is per process (the global batch is R times it);\n"
+    "        the test set is split between the processes, its numbers are the whole set's; only\n"
+    "        rank 0 prints and writes --metrics and --save. Without --threads (nor\n"
+    "        NABLA_NUM_THREADS, OMP_NUM_THREADS) each process runs cores / (processes on its\n"
+    "        machine, OMPI_COMM_WORLD_LOCAL_SIZE) threads\n"
     "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
     "        [--threads N]\n"
     "  info  the version, backends, devices and thread count\n"
@@ -41,6 +49,7 @@ int cli_fail(int code, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     fputs("nabla: ", stderr);
+    if (cli_rank >= 0) fprintf(stderr, "rank %d: ", cli_rank);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -110,6 +119,7 @@ static int set_opt(cli_opts *o, const char *f, const char *v, bool lists)
         o->schedule_given = true;
     }
     else if (!strcmp(f, "--device")) o->device = v;
+    else if (!strcmp(f, "--dist")) o->dist = v;
     else if (!strcmp(f, "--save")) o->save = v;
     else if (!strcmp(f, "--resume")) o->resume = v;
     else if (!strcmp(f, "--metrics")) o->metrics = v;
