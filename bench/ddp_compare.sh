@@ -48,11 +48,14 @@ run() {
   local r=$1 t=$2 impl=$3 m=$4 cmd
   if [ "$impl" = nabla ]; then cmd=("$nabla"); else cmd=("$py" "$root/bench/ddp_torch.py"); fi
   cmd+=(--model "$m" --threads "$t" --iters "$iters" --warmup "$warmup" "${cl[@]}")
+  local rc=0
   if [ "$r" -eq 1 ]; then
-    OMP_NUM_THREADS=$t "${cmd[@]}" >> "$out"
+    OMP_NUM_THREADS=$t "${cmd[@]}" >> "$out" || rc=$?
   else
-    mpiexec -n "$r" --bind-to none -x OMP_NUM_THREADS="$t" "${cmd[@]}" >> "$out"
+    mpiexec -n "$r" --bind-to none -x OMP_NUM_THREADS="$t" "${cmd[@]}" >> "$out" || rc=$?
   fi
+  # a failed run is reported and left out of the table; the others go on
+  [ "$rc" -eq 0 ] || echo "ddp_compare: $impl $m ($r x $t) failed with exit code $rc" >&2
 }
 
 IFS=, read -r -a mlist <<< "$models"

@@ -81,6 +81,7 @@ def main():
                           "iters": a.iters, "median_s": round(med, 6), "q1_s": round(q[0], 6),
                           "q3_s": round(q[2], 6), "samples_per_s": round(batch / med, 1),
                           "torch": torch.__version__}), flush=True)
+    dist.barrier()  # gloo aborts a rank whose peer tore the group down first
     dist.destroy_process_group()
 
 
