@@ -19,6 +19,18 @@
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
+/* Starts epoch 1, takes one batch, and restarts the epoch: what follows must be epoch 1 whole. */
+static void restart_epoch_1(nb_data_loader *l)
+{
+    nb_tensor *x, *y;
+    bool done;
+    NBT_OK(nb_data_loader_start_epoch(l, 1));
+    NBT_OK(nb_data_loader_next(l, &x, &y, &done));
+    nb_tensor_free(x);
+    nb_tensor_free(y);
+    NBT_OK(nb_data_loader_reset(l));
+}
+
 static char g_tmp[256];
 
 static void write_file(const char *name, const void *data, size_t n)
@@ -539,13 +551,7 @@ static void test_loader_epochs(void **state)
         int64_t ident[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
         assert_memory_not_equal(e0, ident, sizeof e0);
         /* the same seed and epoch give the same order, also when an epoch is resumed mid-way */
-        NBT_OK(nb_data_loader_start_epoch(l, 1));
-        nb_tensor *x, *y;
-        bool done;
-        NBT_OK(nb_data_loader_next(l, &x, &y, &done));
-        nb_tensor_free(x);
-        nb_tensor_free(y);
-        NBT_OK(nb_data_loader_reset(l));
+        restart_epoch_1(l);
         assert_int_equal(epoch_labels(l, again, &nbatch), 10);
         assert_memory_equal(e1, again, sizeof e1);
         nb_data_loader_free(l);
@@ -818,13 +824,7 @@ static void test_loader_shards(void **state)
                     }
                     /* start_epoch and reset give the same shard again */
                     int64_t again[10];
-                    NBT_OK(nb_data_loader_start_epoch(l, 1));
-                    nb_tensor *x, *y;
-                    bool done;
-                    NBT_OK(nb_data_loader_next(l, &x, &y, &done));
-                    nb_tensor_free(x);
-                    nb_tensor_free(y);
-                    NBT_OK(nb_data_loader_reset(l));
+                    restart_epoch_1(l);
                     assert_int_equal(epoch_labels(l, again, &nbatch), per);
                     assert_memory_equal(again, got[1][r], sizeof(int64_t) * (size_t)per);
                     NBT_OK(nb_data_loader_start_epoch(l, 0));
