@@ -101,7 +101,7 @@ NB_API uint64_t nb_tensor_version(const nb_tensor *t);
 /* Copies the values, in row-major order and t's dtype, into host memory; nbytes must be
  * numel * dtype size. Waits for queued device work. */
 NB_API nb_status nb_tensor_read(const nb_tensor *t, void *buf, size_t nbytes);
-/* The value of a one-element tensor as a double / int64. */
+/* The value of a one-element tensor as a double / int64 (on failure *out is NaN / 0). */
 NB_API nb_status nb_item(const nb_tensor *t, double *out);
 NB_API nb_status nb_item_int64(const nb_tensor *t, int64_t *out);
 /* Formats the tensor the way PyTorch prints it (values; device, dtype and grad_fn when they are
