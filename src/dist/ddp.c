@@ -44,40 +44,30 @@ struct nb_ddp {
 
 nb_ddp_params nb_ddp_params_default(void) { return (nb_ddp_params){.bucket_cap_mb = 25.0, .broadcast_buffers = true}; }
 
-/* ---- copies between tensors and host buffers ---------------------------------------------------- */
-
-static size_t nbytes_of(const nb_tensor *t) { return (size_t)nb__numel(t->shape, t->ndim) * nb_dtype_size(t->dtype); }
-
-static bool host_dense(const nb_tensor *t) { return t->storage->device.type == NB_DEVICE_CPU && nb__is_contiguous(t); }
+/* ---- copies between tensors and host buffers ----------------------------------------------------- */
 
 /* Copies t's values (any device and layout) into dst, as contiguous bytes of t's dtype. */
 static nb_status pack(void *dst, const nb_tensor *t)
 {
-    if (host_dense(t)) {
-        memcpy(dst, nb__data(t), nbytes_of(t));
-        return NB_OK;
-    }
-    nb_scope *s = nb_scope_begin();
-    if (!s) return nb_last_status();
-    nb_tensor *h = nb_to(t, nb_cpu());
-    nb_tensor *c = h ? nb__clone_contiguous(h) : NULL; /* scope-tracked */
-    if (c) memcpy(dst, nb__data(c), nbytes_of(c));
-    nb_scope_end(s);
-    return c ? NB_OK : nb_last_status();
+    bool direct;
+    nb_tensor *h = nb__dist_host(t, &direct);
+    if (!h) return nb_last_status();
+    memcpy(dst, nb__data(h), nb__dist_nbytes(h));
+    nb__release(h);
+    return NB_OK;
 }
 
 /* Writes contiguous bytes of t's dtype at src into t (any device and layout), outside autograd. */
 static nb_status unpack(nb_tensor *t, const void *src)
 {
-    if (host_dense(t)) {
-        memcpy(nb__data(t), src, nbytes_of(t));
-        nb__bump_version(t);
-        return NB_OK;
+    if (nb__dist_host_dense(t)) {
+        memcpy(nb__data(t), src, nb__dist_nbytes(t));
+        return nb__dist_write_back(t, t, true);
     }
     nb_tensor *h = nb__tensor_new_named("ddp", t->shape, t->ndim, t->dtype, nb_cpu());
     if (!h) return nb_last_status();
-    memcpy(nb__data(h), src, nbytes_of(h));
-    nb_status st = nb_copy_(t, h);
+    memcpy(nb__data(h), src, nb__dist_nbytes(h));
+    nb_status st = nb__dist_write_back(t, h, false);
     nb__release(h);
     return st;
 }
@@ -93,7 +83,7 @@ static nb_status launch(nb_ddp *d, int k)
         int i = d->order[j];
         char *dst = nb__data(b->buf) + (size_t)d->offset[i] * es;
         const nb_tensor *g = d->params[i]->grad;
-        if (!g) memset(dst, 0, nbytes_of(d->params[i]));
+        if (!g) memset(dst, 0, nb__dist_nbytes(d->params[i]));
         else st = pack(dst, g);
     }
     b->done = false;
@@ -117,7 +107,7 @@ static nb_status write_grad(nb_ddp *d, int i, const void *sum)
 {
     nb_tensor *p = d->params[i], *g = p->grad;
     int64_t n = nb__numel(p->shape, p->ndim);
-    bool in_place = g && host_dense(g) && g->dtype == p->dtype;
+    bool in_place = g && nb__dist_host_dense(g) && g->dtype == p->dtype;
     nb_tensor *h = in_place ? g : nb__tensor_new_named("ddp", p->shape, p->ndim, p->dtype, nb_cpu());
     if (!h) return nb_last_status();
     int size = nb_process_group_size(d->pg);
@@ -244,7 +234,7 @@ static nb_status collect(nb_ddp *d, const char ***names)
     for (int i = 0; i < d->n; i++) nb_tensor_retain(d->params[i]);
     for (int i = 0; i < d->nbuf; i++) {
         nb_tensor_retain(d->buffers[i]);
-        d->buffer_bytes += nbytes_of(d->buffers[i]);
+        d->buffer_bytes += nb__dist_nbytes(d->buffers[i]);
     }
     for (int i = 0; i < d->n; i++) {
         const nb_tensor *p = d->params[i];
@@ -328,14 +318,14 @@ static nb_status sync_buffers(nb_ddp *d)
     bool root = nb_process_group_rank(d->pg) == 0;
     size_t off = 0;
     nb_status st = NB_OK;
-    for (int i = 0; i < d->nbuf && root && st == NB_OK; off += nbytes_of(d->buffers[i]), i++)
+    for (int i = 0; i < d->nbuf && root && st == NB_OK; off += nb__dist_nbytes(d->buffers[i]), i++)
         st = pack(d->buffer_pack + off, d->buffers[i]);
     /* the broadcast runs even when packing failed, so that the other ranks are not left waiting */
     nb_status bst = nb__dist_bcast_bytes(d->pg, d->buffer_pack, d->buffer_bytes, 0);
     if (st != NB_OK || bst != NB_OK) return st != NB_OK ? st : bst;
     bool prev = nb_set_grad_enabled(false);
     off = 0;
-    for (int i = 0; i < d->nbuf && !root && st == NB_OK; off += nbytes_of(d->buffers[i]), i++)
+    for (int i = 0; i < d->nbuf && !root && st == NB_OK; off += nb__dist_nbytes(d->buffers[i]), i++)
         st = unpack(d->buffers[i], d->buffer_pack + off);
     nb_set_grad_enabled(prev);
     return st;

@@ -10,6 +10,20 @@
 #include "core/tensor_impl.h"
 #include "nabla/dist.h"
 
+/* ---- host staging (src/dist/stage.c) ---- */
+
+/* Whether t is a contiguous CPU tensor, which MPI reads and writes in place. */
+bool nb__dist_host_dense(const nb_tensor *t);
+size_t nb__dist_nbytes(const nb_tensor *t);
+/* A contiguous CPU tensor holding t's values (caller-owned): t itself when it is one (*direct),
+ * else a copy made outside autograd. NULL with the error set on failure. */
+nb_tensor *nb__dist_host(const nb_tensor *t, bool *direct);
+/* After host was changed: writes it back into t outside autograd (nb_copy_), or, when host is t
+ * itself (direct), bumps t's version as an in-place op does. */
+nb_status nb__dist_write_back(nb_tensor *t, nb_tensor *host, bool direct);
+
+/* ---- raw collectives (src/dist/mpi.c) ---- */
+
 /* A reduction in flight. */
 typedef struct nb__dist_req nb__dist_req;
 

@@ -170,38 +170,6 @@ static void describe_tensor(int64_t *d, int kind, int64_t arg, const nb_tensor *
     memcpy(d + D_SHAPE, t->shape, (size_t)t->ndim * sizeof *t->shape);
 }
 
-/* ---- staging --------------------------------------------------------------------------------- */
-
-/* A contiguous CPU tensor holding t's values: t itself when it is one (*direct), else a copy. */
-static nb_tensor *host_view(const nb_tensor *t, bool *direct)
-{
-    *direct = t->storage->device.type == NB_DEVICE_CPU && nb__is_contiguous(t);
-    if (*direct) return nb_tensor_retain((nb_tensor *)t);
-    bool prev = nb_set_grad_enabled(false);
-    nb_tensor *c = NULL;
-    nb_scope *s = nb_scope_begin();
-    if (s) {
-        nb_tensor *h = nb_to(t, nb_cpu());
-        if (h) c = nb_tensor_retain(nb__clone_contiguous(h)); /* a scope-tracked result */
-        nb_scope_end(s);
-    }
-    nb_set_grad_enabled(prev);
-    return c;
-}
-
-/* Writes the host copy back into t (when t was not reduced in place) and marks t changed. */
-static nb_status write_back(nb_tensor *t, nb_tensor *host, bool direct)
-{
-    if (direct) {
-        nb__bump_version(t);
-        return NB_OK;
-    }
-    bool prev = nb_set_grad_enabled(false);
-    nb_status st = nb_copy_(t, host);
-    nb_set_grad_enabled(prev);
-    return st;
-}
-
 static MPI_Datatype mpi_type(nb_dtype dt)
 {
     switch (dt) {
@@ -256,7 +224,7 @@ nb_status nb_all_reduce(nb_process_group *pg, nb_tensor *t, nb_reduce_op op)
     describe_tensor(d, K_ALL_REDUCE, op, t);
     NB_TRY(agree(pg, "all_reduce", d, check_reduce(t, op)));
     bool direct;
-    nb_tensor *h = host_view(t, &direct);
+    nb_tensor *h = nb__dist_host(t, &direct);
     if (!h) return nb__err_prefix("all_reduce");
     int64_t n = nb__numel(h->shape, h->ndim);
     nb_status st = allreduce_host(pg, "all_reduce", nb__data(h), n, h->dtype, mpi_op(op));
@@ -266,7 +234,7 @@ nb_status nb_all_reduce(nb_process_group *pg, nb_tensor *t, nb_reduce_op op)
         else
             for (double *p = (double *)nb__data(h), *e = p + n; p < e; p++) *p /= (double)pg->size;
     }
-    if (st == NB_OK) st = write_back(t, h, direct);
+    if (st == NB_OK) st = nb__dist_write_back(t, h, direct);
     nb__release(h);
     return st;
 }
@@ -282,11 +250,10 @@ nb_status nb_broadcast(nb_process_group *pg, nb_tensor *t, int src)
         local = nb__err(NB_ERR_INVALID_ARG, "broadcast: src rank %d is out of range for %d ranks", src, pg->size);
     NB_TRY(agree(pg, "broadcast", d, local));
     bool direct;
-    nb_tensor *h = host_view(t, &direct);
+    nb_tensor *h = nb__dist_host(t, &direct);
     if (!h) return nb__err_prefix("broadcast");
-    nb_status st = nb__dist_bcast_bytes(pg, nb__data(h), (size_t)nb__numel(h->shape, h->ndim) * nb_dtype_size(h->dtype),
-                                        src);
-    if (st == NB_OK && pg->rank != src) st = write_back(t, h, direct);
+    nb_status st = nb__dist_bcast_bytes(pg, nb__data(h), nb__dist_nbytes(h), src);
+    if (st == NB_OK && pg->rank != src) st = nb__dist_write_back(t, h, direct);
     nb__release(h);
     return st;
 }
@@ -300,18 +267,18 @@ nb_tensor *nb_all_gather(nb_process_group *pg, const nb_tensor *t)
     if (!t) local = nb__err(NB_ERR_INVALID_ARG, "all_gather: tensor is NULL");
     else if (t->ndim == NB_MAX_DIMS)
         local = nb__err(NB_ERR_SHAPE, "all_gather: a %d-dim tensor leaves no room for the ranks' dim", t->ndim);
-    else if ((size_t)nb__numel(t->shape, t->ndim) * nb_dtype_size(t->dtype) > INT_MAX)
-        local = nb__err(NB_ERR_UNSUPPORTED, "all_gather: %lld bytes per rank is over MPI's count limit (%d)",
-                        (long long)((size_t)nb__numel(t->shape, t->ndim) * nb_dtype_size(t->dtype)), INT_MAX);
+    else if (nb__dist_nbytes(t) > INT_MAX)
+        local = nb__err(NB_ERR_UNSUPPORTED, "all_gather: %zu bytes per rank is over MPI's count limit (%d)",
+                        nb__dist_nbytes(t), INT_MAX);
     if (agree(pg, "all_gather", d, local) != NB_OK) return NULL;
     int64_t shape[NB_MAX_DIMS];
     shape[0] = pg->size;
     memcpy(shape + 1, t->shape, (size_t)t->ndim * sizeof *shape);
     bool direct;
-    nb_tensor *h = host_view(t, &direct);
+    nb_tensor *h = nb__dist_host(t, &direct);
     if (!h) return nb__err_prefix("all_gather"), NULL;
     nb_tensor *out = nb__tensor_new_named("all_gather", shape, t->ndim + 1, t->dtype, nb_cpu());
-    int nbytes = (int)((size_t)nb__numel(t->shape, t->ndim) * nb_dtype_size(t->dtype));
+    int nbytes = (int)nb__dist_nbytes(t);
     int rc = out ? MPI_Allgather(nb__data(h), nbytes, MPI_BYTE, nb__data(out), nbytes, MPI_BYTE, pg->comm) : MPI_SUCCESS;
     nb__release(h);
     if (!out) return NULL;
