@@ -74,6 +74,10 @@ int cli_dist_init(const cli_opts *o, nb_process_group **pg);
 /* Every rank's exit code after a step that may fail on some ranks only (a collective): rc where
  * this rank failed, else the worst other rank's code (rank 0 says that others failed). */
 int cli_dist_agree(nb_process_group *pg, int rc);
+/* After this rank failed (its error printed) during training, where the other ranks would wait
+ * for it in their next reduction: with more than one rank, ends the whole job with exit code rc
+ * (nb_process_group_abort); otherwise returns rc. */
+int cli_dist_fail(nb_process_group *pg, int rc);
 /* v[0..n) replaced by their sums over the ranks (a no-op without pg). */
 nb_status cli_dist_sum(nb_process_group *pg, double *v, int n);
 /* Rank 0's buffers (batch norm's running statistics) sent to every rank. */

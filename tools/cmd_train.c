@@ -252,10 +252,10 @@ static int run_epochs(trainer *t)
     for (int64_t e = t->start_epoch; e < end; e++) {
         double t0 = cli_now(), loss = 0, tl = 0, acc = 0;
         int64_t n = 0;
-        if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
+        if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_dist_fail(t->pg, cli_fail_nb(CLI_RUNTIME, "train"));
         double secs = cli_now() - t0, rate = secs > 0 ? (double)n / secs : 0;
         if (cli_dist_evaluate(t->pg, t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK)
-            return cli_fail_nb(CLI_RUNTIME, "train");
+            return cli_dist_fail(t->pg, cli_fail_nb(CLI_RUNTIME, "train"));
         int rc = CLI_OK;
         if (t->rank == 0) rc = report(t, e, loss, tl, acc, secs, rate);
         if (rc == CLI_OK && t->rank == 0 && t->o.save && save(t, e + 1) != NB_OK)

@@ -98,6 +98,12 @@ int cli_dist_agree(nb_process_group *pg, int rc)
     return worst;
 }
 
+int cli_dist_fail(nb_process_group *pg, int rc)
+{
+    if (pg && nb_process_group_size(pg) > 1) nb_process_group_abort(pg, rc);
+    return rc;
+}
+
 nb_status cli_dist_broadcast_buffers(nb_process_group *pg, nb_module *m)
 {
     int n = nb_module_buffers(m, NULL, 0);

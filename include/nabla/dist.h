@@ -58,6 +58,10 @@ NB_API bool nb_dist_mpi_available(void);
 NB_API nb_process_group *nb_process_group_mpi(void);
 /* Releases the group (a collective: every rank frees it). NULL is a no-op. */
 NB_API void nb_process_group_free(nb_process_group *pg);
+/* Ends every process of the group's job with exit code `code` (MPI_Abort), for a rank that
+ * failed where the others would wait for it in their next collective forever (PyTorch bounds
+ * that wait with a timeout instead). Returns only when pg is NULL. */
+NB_API void nb_process_group_abort(nb_process_group *pg, int code);
 /* This process's rank and the number of processes; -1 when pg is NULL. */
 NB_API int nb_process_group_rank(const nb_process_group *pg);
 NB_API int nb_process_group_size(const nb_process_group *pg);

@@ -96,6 +96,15 @@ void nb_process_group_free(nb_process_group *pg)
     free(pg);
 }
 
+void nb_process_group_abort(nb_process_group *pg, int code)
+{
+    if (!pg) return;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(pg->comm, code);
+    abort(); /* MPI_Abort does not return; if an implementation did, the caller still must not */
+}
+
 int nb_process_group_rank(const nb_process_group *pg) { return pg ? pg->rank : -1; }
 int nb_process_group_size(const nb_process_group *pg) { return pg ? pg->size : -1; }
 

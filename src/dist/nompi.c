@@ -17,6 +17,7 @@ nb_process_group *nb_process_group_mpi(void)
 }
 
 void nb_process_group_free(nb_process_group *pg) { (void)pg; /* none can exist */ }
+void nb_process_group_abort(nb_process_group *pg, int code) { (void)pg; /* none can exist */ }
 int nb_process_group_rank(const nb_process_group *pg) { return -1; }
 int nb_process_group_size(const nb_process_group *pg) { return -1; }
 
