@@ -256,18 +256,24 @@ static void test_ddp_matches_whole_batch(void **state)
     nb_module_free(ref);
 }
 
+/* A module without forward that holds the n tensors as its parameters, under names. */
+static nb_module *holder(const char *const *names, nb_tensor *const *ts, int n)
+{
+    static const nb_module_funcs funcs = {"Holder", NULL, NULL};
+    nb_module *m = NBT_CHECK(nb_module_create(&funcs, NULL));
+    for (int i = 0; i < n; i++) NBT_OK(nb_module_register_parameter(m, names[i], ts[i]));
+    return m;
+}
+
 /* Two parameters; rank 0's loss uses both, the others' only the first: the second's gradient is
  * rank 0's over size (the others count as zeros), and it is set on every rank. */
 static void test_ddp_unused_parameter(void **state)
 {
     (void)state;
     nb_scope *s = nb_scope_begin();
-    static const nb_module_funcs funcs = {"Pair", NULL, NULL};
-    nb_module *m = NBT_CHECK(nb_module_create(&funcs, NULL));
     nb_tensor_params p = f64();
     nb_tensor *a = NBT_CHECK(nb_full((int64_t[]){3}, 1, 2.0, &p)), *b = NBT_CHECK(nb_full((int64_t[]){2}, 1, 3.0, &p));
-    NBT_OK(nb_module_register_parameter(m, "a", a));
-    NBT_OK(nb_module_register_parameter(m, "b", b));
+    nb_module *m = holder((const char *[]){"a", "b"}, (nb_tensor *[]){a, b}, 2);
     nb_ddp *ddp = NBT_CHECK(nb_ddp_create(pg, m, NULL));
     /* loss_r = (r + 1) * sum(a^2) (+ sum(b^3) on rank 0): d/da = 2 (r + 1) a, d/db = 3 b^2 */
     nb_tensor *loss = NBT_CHECK(nb_mul_scalar(NBT_CHECK(sum_all(NBT_CHECK(nb_mul(a, a)))), rank + 1.0));
@@ -288,11 +294,9 @@ static void test_ddp_no_sync(void **state)
 {
     (void)state;
     nb_scope *s = nb_scope_begin();
-    static const nb_module_funcs funcs = {"One", NULL, NULL};
-    nb_module *m = NBT_CHECK(nb_module_create(&funcs, NULL));
     nb_tensor_params p = f64();
     nb_tensor *w = NBT_CHECK(nb_full((int64_t[]){2}, 1, 1.0, &p));
-    NBT_OK(nb_module_register_parameter(m, "w", w));
+    nb_module *m = holder((const char *[]){"w"}, &w, 1);
     nb_ddp *ddp = NBT_CHECK(nb_ddp_create(pg, m, NULL));
     NBT_OK(nb_ddp_set_sync(ddp, false));
     for (int k = 0; k < 2; k++) /* d/dw of (r + 1) * sum(w) is r + 1 */
@@ -335,6 +339,10 @@ static void test_ddp_buffers(void **state)
         double want = 0.9 * r0 + own;
         if (fabs(now - want) > 1e-6) fail_msg("running_mean[%d] on rank %d: %g, want %g", c, rank, now, want);
     }
+    /* before evaluating: every rank now holds rank 0's statistics, as rank 0 would save them */
+    NBT_OK(nb_ddp_broadcast_buffers(ddp));
+    for (int c = 0; c < 3; c++) assert_true(at(mean, c) == at(after, c));
+    NBT_FAILS(nb_ddp_broadcast_buffers(NULL) != NB_OK, NB_ERR_INVALID_ARG, "ddp broadcast_buffers", "NULL", NULL);
     nb_ddp_free(ddp);
     nb_module_free(bn);
     nb_scope_end(s);

@@ -80,11 +80,10 @@ int cli_dist_agree(nb_process_group *pg, int rc);
 int cli_dist_fail(nb_process_group *pg, int rc);
 /* v[0..n) replaced by their sums over the ranks (a no-op without pg). */
 nb_status cli_dist_sum(nb_process_group *pg, double *v, int n);
-/* Rank 0's buffers (batch norm's running statistics) sent to every rank. */
-nb_status cli_dist_broadcast_buffers(nb_process_group *pg, nb_module *m);
-/* cli_evaluate over the whole test set d, each rank evaluating 1/R of it (a collective). */
-nb_status cli_dist_evaluate(nb_process_group *pg, nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev,
-                            double *loss, double *acc);
+/* cli_evaluate over the whole test set d, each rank evaluating 1/R of it after ddp's buffers
+ * were sent from rank 0 (a collective; ddp NULL and pg NULL for one process). */
+nb_status cli_dist_evaluate(nb_process_group *pg, nb_ddp *ddp, nb_module *m, nb_dataset *d, const cli_opts *o,
+                            nb_device dev, double *loss, double *acc);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -254,7 +254,7 @@ static int run_epochs(trainer *t)
         int64_t n = 0;
         if (train_epoch(t, e, &loss, &n) != NB_OK) return cli_dist_fail(t->pg, cli_fail_nb(CLI_RUNTIME, "train"));
         double secs = cli_now() - t0, rate = secs > 0 ? (double)n / secs : 0;
-        if (cli_dist_evaluate(t->pg, t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK)
+        if (cli_dist_evaluate(t->pg, t->ddp, t->m, t->test, &t->o, t->dev, &tl, &acc) != NB_OK)
             return cli_dist_fail(t->pg, cli_fail_nb(CLI_RUNTIME, "train"));
         int rc = CLI_OK;
         if (t->rank == 0) rc = report(t, e, loss, tl, acc, secs, rate);

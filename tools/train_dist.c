@@ -104,22 +104,6 @@ int cli_dist_fail(nb_process_group *pg, int rc)
     return rc;
 }
 
-nb_status cli_dist_broadcast_buffers(nb_process_group *pg, nb_module *m)
-{
-    int n = nb_module_buffers(m, NULL, 0);
-    if (!pg || n <= 0) return NB_OK;
-    nb_tensor **bs = malloc((size_t)n * sizeof *bs);
-    if (!bs) {
-        nb_clear_error();
-        return NB_ERR_OOM;
-    }
-    nb_module_buffers(m, bs, n);
-    nb_status st = NB_OK;
-    for (int i = 0; i < n && st == NB_OK; i++) st = nb_broadcast(pg, bs[i], 0);
-    free(bs);
-    return st;
-}
-
 /* ---- the test set's shard of one rank: global samples r, r + R, r + 2R, ... below N ---- */
 
 typedef struct shard {
@@ -136,37 +120,32 @@ static nb_status shard_get(void *u, int64_t i, float *x, int64_t *y)
     return nb_dataset_get(s->inner, i * s->size + s->rank, x, y);
 }
 
-static void shard_free(void *u) { free(u); }
-
 /* Each rank evaluates its shard with cli_evaluate; the loss sums, correct counts and sample
  * counts are summed over the ranks. Unlike the training loader's DistributedSampler, the shards
  * are not padded to equal sizes, so every test sample counts exactly once: the numbers are those
  * of one process evaluating the whole set (up to the order of the loss's sum). */
-nb_status cli_dist_evaluate(nb_process_group *pg, nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev,
-                            double *loss, double *acc)
+nb_status cli_dist_evaluate(nb_process_group *pg, nb_ddp *ddp, nb_module *m, nb_dataset *d, const cli_opts *o,
+                            nb_device dev, double *loss, double *acc)
 {
     int R = pg ? nb_process_group_size(pg) : 1, r = pg ? nb_process_group_rank(pg) : 0;
     if (R < 2) return cli_evaluate(m, d, o, dev, loss, acc);
-    nb_status st = cli_dist_broadcast_buffers(pg, m); /* batch norm's statistics: rank 0's, as saved */
-    int64_t N = nb_dataset_size(d), n = N > r ? (N - r + R - 1) / R : 0, counts[2] = {0, 0};
-    double sum = 0, l = 0, a = 0;
-    shard *u = malloc(sizeof *u);
-    nb_dataset_funcs f = {.size = shard_size, .get = shard_get, .free = shard_free, .user = u};
+    nb_status st = nb_ddp_broadcast_buffers(ddp); /* batch norm's statistics: rank 0's, as saved */
+    int64_t N = nb_dataset_size(d), counts[2] = {0, 0};
+    shard u = {d, N > r ? (N - r + R - 1) / R : 0, r, R}; /* outlives the dataset made over it */
+    nb_dataset_funcs f = {.size = shard_size, .get = shard_get, .user = &u};
     const int64_t *shape = nb_dataset_sample_shape(d, &f.sample_ndim);
     memcpy(f.sample_shape, shape, (size_t)f.sample_ndim * sizeof *shape);
-    nb_dataset *sd = NULL;
-    if (u) *u = (shard){d, n, r, R};
-    if (st == NB_OK && n > 0) {
-        if (!u) nb_clear_error();
-        if (!u || !(sd = nb_dataset_create(&f))) st = u ? nb_last_status() : NB_ERR_OOM;
+    double sum = 0, l = 0, a = 0;
+    if (st == NB_OK && u.n > 0) {
+        nb_dataset *sd = nb_dataset_create(&f);
+        if (!sd) st = nb_last_status();
         else if ((st = cli_evaluate(m, sd, o, dev, &l, &a)) == NB_OK) {
-            sum = l * (double)n;
-            counts[0] = llround(a * (double)n);
-            counts[1] = n;
+            sum = l * (double)u.n;
+            counts[0] = llround(a * (double)u.n);
+            counts[1] = u.n;
         }
+        nb_dataset_free(sd);
     }
-    if (sd) nb_dataset_free(sd); /* frees u */
-    else free(u);
     /* every rank takes part in the sums, also after a failure of its own, so none waits alone */
     nb_status st2 = all_sum(pg, &sum, 1, NB_FLOAT64);
     if (st2 == NB_OK) st2 = all_sum(pg, counts, 2, NB_INT64);

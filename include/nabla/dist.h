@@ -110,6 +110,10 @@ NB_API void nb_ddp_free(nb_ddp *d);
 /* nb_module_forward on the wrapped module, after sending rank 0's buffers when
  * broadcast_buffers is set (a collective then). A new reference, or NULL. */
 NB_API nb_tensor *nb_ddp_forward(nb_ddp *d, nb_tensor *x);
+/* Sends rank 0's buffers to every rank now, in one message (a collective), as nb_ddp_forward
+ * does before each forward: call it before evaluating or saving, so that every rank holds the
+ * statistics rank 0 would save (each rank's last training forward moved its own). */
+NB_API nb_status nb_ddp_broadcast_buffers(nb_ddp *d);
 /* sync = false: backward leaves the gradients local (accumulating across backwards), as torch's
  * no_sync() for gradient accumulation; the next backward with sync = true reduces the sums.
  * Default true. */

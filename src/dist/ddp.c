@@ -414,8 +414,14 @@ void nb_ddp_free(nb_ddp *d)
 nb_tensor *nb_ddp_forward(nb_ddp *d, nb_tensor *x)
 {
     if (!d) return nb__err_null(NB_ERR_INVALID_ARG, "ddp forward: wrapper is NULL");
-    if (d->p.broadcast_buffers && nb_process_group_size(d->pg) > 1 && sync_buffers(d) != NB_OK) return NULL;
+    if (d->p.broadcast_buffers && nb_ddp_broadcast_buffers(d) != NB_OK) return NULL;
     return nb_module_forward(d->m, x);
+}
+
+nb_status nb_ddp_broadcast_buffers(nb_ddp *d)
+{
+    if (!d) return nb__err(NB_ERR_INVALID_ARG, "ddp broadcast_buffers: wrapper is NULL");
+    return nb_process_group_size(d->pg) > 1 ? sync_buffers(d) : NB_OK;
 }
 
 nb_status nb_ddp_set_sync(nb_ddp *d, bool sync)
