@@ -7,12 +7,7 @@
 set -uo pipefail
 nabla=$(realpath "${1:?usage: test_bench_cli.sh PATH/TO/nabla}")
 tb="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/dlbench/torch_bench.py"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 command -v python3 >/dev/null || { echo "FAIL: python3 not found (needed to check the JSON)"; exit 1; }
 
 # expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN

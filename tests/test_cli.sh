@@ -8,12 +8,7 @@
 set -uo pipefail
 nabla=$(realpath "${1:?usage: test_cli.sh PATH/TO/nabla}")
 data=${NB_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN
 expect() {

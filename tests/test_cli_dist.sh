@@ -13,12 +13,7 @@ set -uo pipefail
 nabla=$(realpath "${1:?usage: test_cli_dist.sh PATH/TO/nabla PATH/TO/mpiexec}")
 mpiexec=${2:?usage: test_cli_dist.sh PATH/TO/nabla PATH/TO/mpiexec}
 data=${NB_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+. "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 # a hang (ranks that wait for each other forever) fails the case instead of the whole test's time
 mpirun() { timeout 120 "$mpiexec" --oversubscribe "$@"; }
 
