@@ -14,49 +14,22 @@
  * `<path>.tmp.<pid>`, flushed and fsync'd, then renamed over path; on failure it is removed.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/dispatch_impl.h"
+#include "io/fileio_impl.h"
 #include "io/json_impl.h"
 
 /* The reference library refuses headers larger than this. */
 #define ST_MAX_HEADER 100000000ull
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define ST_BIG_ENDIAN 1
-#else
-#define ST_BIG_ENDIAN 0
-#endif
-
 /* Indexed by nb_dtype. */
 static const char *const st_codes[NB_DTYPE_COUNT] = {"F32", "F64", "I64", "I32", "U8", "BOOL", "F16", "BF16"};
 /* Position in the reference library's dtype enum: it writes the highest first. */
 static const int st_rank[NB_DTYPE_COUNT] = {5, 6, 7, 4, 1, 0, 2, 3};
-
-/* Data is little-endian on disk: a big-endian host swaps each element. */
-static void swap_elements(char *p, size_t nbytes, size_t es)
-{
-    for (size_t i = 0; i + es <= nbytes; i += es)
-        for (size_t a = i, b = i + es - 1; a < b; a++, b--) {
-            char t = p[a];
-            p[a] = p[b];
-            p[b] = t;
-        }
-}
-
-/* Re-raises the thread's error with "<op>: <path>: [tensor 'x': ]" in front. */
-static nb_status wrap_err(const char *op, const char *path, const char *name)
-{
-    char prefix[768];
-    if (name) snprintf(prefix, sizeof prefix, "%s: %s: tensor '%.200s'", op, path, name);
-    else snprintf(prefix, sizeof prefix, "%s: %s", op, path);
-    return nb__err_prefix(prefix);
-}
 
 /* ==== loading =============================================================================== */
 
@@ -368,7 +341,7 @@ static nb_status check_layout(st_load *c)
 static nb_status load_tensor(const st_load *c, const st_entry *e, nb_device device, nb_tensor_map *m)
 {
     nb_tensor *t = nb__tensor_new(e->shape, e->ndim, e->dtype, nb_cpu());
-    if (!t) return wrap_err("safetensors_load", c->path, e->name);
+    if (!t) return nb__io_wrap_err("safetensors_load", c->path, e->name);
     size_t nbytes = (size_t)(e->end - e->begin);
     if (nbytes && fread(nb__data(t), 1, nbytes, c->f) != nbytes) {
         nb__release(t);
@@ -376,7 +349,7 @@ static nb_status load_tensor(const st_load *c, const st_entry *e, nb_device devi
         snprintf(what, sizeof what, "tensor '%.200s'", e->name);
         return read_err(c, what);
     }
-    if (ST_BIG_ENDIAN) swap_elements(nb__data(t), nbytes, nb_dtype_size(e->dtype));
+    if (NB_IO_BIG_ENDIAN) nb__io_swap_elements(nb__data(t), nbytes, nb_dtype_size(e->dtype));
     nb_status st = NB_OK;
     if (device.type == NB_DEVICE_CPU) {
         st = nb_tensor_map_set(m, e->name, t);
@@ -387,7 +360,7 @@ static nb_status load_tensor(const st_load *c, const st_entry *e, nb_device devi
         nb_scope_end(s);
     }
     nb__release(t);
-    return st == NB_OK ? NB_OK : wrap_err("safetensors_load", c->path, e->name);
+    return st == NB_OK ? NB_OK : nb__io_wrap_err("safetensors_load", c->path, e->name);
 }
 
 static nb_status fill_map(const st_load *c, nb_device device, nb_tensor_map *m)
@@ -396,7 +369,7 @@ static nb_status fill_map(const st_load *c, nb_device device, nb_tensor_map *m)
     if (c->metadata)
         for (const nb_json *v = c->metadata->child; v; v = v->next)
             if (nb__tensor_map_metadata_append(m, v->key, v->str) != NB_OK)
-                return wrap_err("safetensors_load", c->path, NULL);
+                return nb__io_wrap_err("safetensors_load", c->path, NULL);
     return NB_OK;
 }
 
@@ -404,7 +377,7 @@ nb_status nb_safetensors_load(const char *path, nb_device device, nb_tensor_map 
 {
     if (out) *out = NULL;
     if (!path || !out) return nb__err(NB_ERR_INVALID_ARG, "safetensors_load: NULL %s", path ? "out" : "path");
-    if (nb_device_check(device) != NB_OK) return wrap_err("safetensors_load", path, NULL);
+    if (nb_device_check(device) != NB_OK) return nb__io_wrap_err("safetensors_load", path, NULL);
     st_load c = {.path = path};
     nb_tensor_map *m = NULL;
     nb_status st = read_header(&c);
@@ -412,7 +385,7 @@ nb_status nb_safetensors_load(const char *path, nb_device device, nb_tensor_map 
     if (st == NB_OK) st = check_layout(&c);
     if (st == NB_OK) {
         m = nb_tensor_map_create();
-        st = m ? fill_map(&c, device, m) : wrap_err("safetensors_load", path, NULL);
+        st = m ? fill_map(&c, device, m) : nb__io_wrap_err("safetensors_load", path, NULL);
     }
     if (c.f) fclose(c.f);
     free(c.header);
@@ -500,78 +473,37 @@ static nb_status build_header(const nb_tensor_map *m, const st_item *items, int 
     return NB_OK;
 }
 
-/* The tensor's bytes in row-major little-endian order, valid until the caller's scope ends: a
- * CPU tensor's own memory (nb_contiguous copies it first when it has to), or a copy in *scratch
- * (grown as needed) for other devices and on big-endian hosts. */
-static const char *host_bytes(const st_item *it, char **scratch, size_t *cap, const char *path)
-{
-    const nb_tensor *t = it->t;
-    const char *bytes = NULL;
-    if (t->storage->device.type == NB_DEVICE_CPU) {
-        const nb_tensor *c = nb_contiguous(t);
-        if (!c) return wrap_err("safetensors_save", path, it->name), NULL;
-        bytes = nb__data(c);
-        if (!ST_BIG_ENDIAN) return bytes;
-    }
-    if (it->nbytes > *cap) {
-        char *p = realloc(*scratch, it->nbytes);
-        if (!p)
-            return nb__err_null(NB_ERR_OOM, "safetensors_save: %s: tensor '%.200s': out of memory for %zu bytes",
-                                path, it->name, it->nbytes);
-        *scratch = p;
-        *cap = it->nbytes;
-    }
-    if (bytes) memcpy(*scratch, bytes, it->nbytes);
-    else if (nb_tensor_read(t, *scratch, it->nbytes) != NB_OK)
-        return wrap_err("safetensors_save", path, it->name), NULL;
-    if (ST_BIG_ENDIAN) swap_elements(*scratch, it->nbytes, nb_dtype_size(t->dtype));
-    return *scratch;
-}
+typedef struct st_save {
+    const char *path;
+    const nb_json_buf *header;
+    const st_item *items;
+    int n;
+} st_save;
 
-static nb_status write_err(const char *path, const char *tmp, const char *what)
+/* Writes the whole file: size, header, data (nb_io_write_fn). */
+static nb_status write_file(FILE *f, const char *tmp, void *ctx)
 {
-    return nb__err(NB_ERR_IO, "safetensors_save: %s: %s %s: %s", path, what, tmp, strerror(errno));
-}
-
-/* Writes the whole file to tmp: size, header, data; flushed to disk. */
-static nb_status write_file(const char *path, const char *tmp, const nb_json_buf *header, const st_item *items,
-                            int n)
-{
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return write_err(path, tmp, "cannot create");
+    const st_save *c = ctx;
     unsigned char size[8];
-    for (int k = 0; k < 8; k++) size[k] = (unsigned char)((uint64_t)header->len >> (8 * k));
+    for (int k = 0; k < 8; k++) size[k] = (unsigned char)((uint64_t)c->header->len >> (8 * k));
     nb_status st = NB_OK;
-    if (fwrite(size, 1, 8, f) != 8 || fwrite(header->data, 1, header->len, f) != header->len)
-        st = write_err(path, tmp, "writing");
+    if (fwrite(size, 1, 8, f) != 8 || fwrite(c->header->data, 1, c->header->len, f) != c->header->len)
+        st = nb__io_write_err("safetensors_save", c->path, tmp, "writing");
     char *scratch = NULL;
     size_t cap = 0;
-    for (int i = 0; i < n && st == NB_OK; i++) {
-        if (!items[i].nbytes) continue;
+    for (int i = 0; i < c->n && st == NB_OK; i++) {
+        const st_item *it = &c->items[i];
+        if (!it->nbytes) continue;
         nb_scope *s = nb_scope_begin();
-        const char *bytes = s ? host_bytes(&items[i], &scratch, &cap, path) : NULL;
+        const char *bytes =
+            s ? nb__io_host_bytes("safetensors_save", c->path, it->name, it->t, it->nbytes, &scratch, &cap) : NULL;
         if (!bytes) st = nb_last_status();
-        else if (fwrite(bytes, 1, items[i].nbytes, f) != items[i].nbytes) st = write_err(path, tmp, "writing");
+        else if (fwrite(bytes, 1, it->nbytes, f) != it->nbytes)
+            st = nb__io_write_err("safetensors_save", c->path, tmp, "writing");
         nb_scope_end(s);
     }
     free(scratch);
-    if (st == NB_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) st = write_err(path, tmp, "flushing");
-    if (fclose(f) != 0 && st == NB_OK) st = write_err(path, tmp, "closing");
     return st;
-}
-
-/* Makes the rename durable: fsyncs the folder holding path (best effort). */
-static void sync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
 }
 
 nb_status nb_safetensors_save(const nb_tensor_map *m, const char *path)
@@ -583,22 +515,11 @@ nb_status nb_safetensors_save(const nb_tensor_map *m, const char *path)
     NB_TRY(collect_items(m, path, &items));
     int n = nb_tensor_map_size(m);
     nb_json_buf header = {0};
-    char *tmp = NULL;
     nb_status st = build_header(m, items, n, path, &header);
     if (st == NB_OK) {
-        size_t len = strlen(path) + 32;
-        tmp = malloc(len);
-        if (tmp) snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
-        else st = nb__err(NB_ERR_OOM, "safetensors_save: %s: out of memory", path);
+        st_save c = {path, &header, items, n};
+        st = nb__io_save_atomic("safetensors_save", path, write_file, &c);
     }
-    if (st == NB_OK) {
-        st = write_file(path, tmp, &header, items, n);
-        if (st == NB_OK && rename(tmp, path) != 0)
-            st = nb__err(NB_ERR_IO, "safetensors_save: %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-        if (st == NB_OK) sync_dir(path);
-        else unlink(tmp);
-    }
-    free(tmp);
     free(items);
     nb__json_buf_free(&header);
     return st;
