@@ -1038,5 +1038,5 @@ int main(void)
         cmocka_unit_test(test_loader_pin_memory_cpu), cmocka_unit_test(test_pin_memory_without_gpu),
         cmocka_unit_test(test_fashion_mnist_throughput),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return NBT_RUN_GROUP(tests, setup, teardown);
 }

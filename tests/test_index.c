@@ -351,5 +351,5 @@ int main(void)
         cmocka_unit_test(test_inplace),    cmocka_unit_test(test_inplace_view), cmocka_unit_test(test_large),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, load, unload);
+    return NBT_RUN_GROUP(tests, load, unload);
 }

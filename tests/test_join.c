@@ -256,5 +256,5 @@ int main(void)
         cmocka_unit_test(test_reference), cmocka_unit_test(test_split_grad), cmocka_unit_test(test_split_out),
         cmocka_unit_test(test_cat_edges), cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, load, unload);
+    return NBT_RUN_GROUP(tests, load, unload);
 }

@@ -759,5 +759,5 @@ int main(void)
         cmocka_unit_test(test_zero_grad_and_refs), cmocka_unit_test(test_bad_state_dicts),
         cmocka_unit_test(test_step_in_backward), cmocka_unit_test(test_step_in_backward_rules),
     };
-    return cmocka_run_group_tests(tests, load_ref, free_ref);
+    return NBT_RUN_GROUP(tests, load_ref, free_ref);
 }

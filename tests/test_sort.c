@@ -186,5 +186,5 @@ int main(void)
         cmocka_unit_test(test_reference), cmocka_unit_test(test_many_lines), cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, load, unload);
+    return NBT_RUN_GROUP(tests, load, unload);
 }

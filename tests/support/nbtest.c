@@ -1,10 +1,13 @@
 /* The test support library (see nbtest.h). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "nbtest.h"
+#include "cpu/cpu_impl.h"
 
 void *nbt_check_ptr(void *p, const char *expr, const char *file, int line)
 {
@@ -318,4 +321,54 @@ double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want)
     free(x);
     nb_scope_end(s);
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- which CPU kernels a run tests ---------------------------------------------------------- */
+
+/* 1 when the kernel's first "flags" line in /proc/cpuinfo names flag, 0 when not, -1 when there
+ * is no such line (not Linux on x86). */
+static int cpuinfo_has(const char *flag)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[8192];
+    int found = -1;
+    size_t n = strlen(flag);
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = 0;
+        for (const char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
+            found = p[-1] == ' ' && (p[n] == ' ' || p[n] == '\n' || p[n] == '\0');
+    }
+    fclose(f);
+    return found;
+}
+
+void nbt_check_isa(void)
+{
+    const char *cap = getenv("NABLA_MAX_CPU_ISA"), *req = getenv("NB_REQUIRE_ISA");
+    bool capped = cap && strcasecmp(cap, "avx2") == 0, own = nb_cpu_avx512();
+    int cpu = cpuinfo_has("avx512f");
+    if (own)
+        printf("CPU kernels: nabla's AVX-512 ones\n");
+    else
+        printf("CPU kernels: portable (%s)\n", capped ? "NABLA_MAX_CPU_ISA=avx2"
+                                                : cpu == 0 ? "this CPU has no AVX-512F"
+                                                           : "AVX-512F not found");
+    if (cpu >= 0 && own != (cpu == 1 && !capped)) {
+        printf("FAILED: /proc/cpuinfo %s avx512f%s, but nabla's AVX-512 kernels are %s\n", cpu ? "lists" : "lacks",
+               capped ? " (NABLA_MAX_CPU_ISA=avx2)" : "", own ? "on" : "off");
+        exit(1);
+    }
+    if (req && *req) {
+        if (strcasecmp(req, "avx512") != 0) {
+            printf("FAILED: NB_REQUIRE_ISA=%s: the one value is avx512\n", req);
+            exit(1);
+        }
+        if (cpu != 1) {
+            printf("FAILED: NB_REQUIRE_ISA=avx512, but /proc/cpuinfo %s: nabla's AVX-512 kernels cannot be tested "
+                   "here\n", cpu == 0 ? "lacks avx512f" : "cannot be read");
+            exit(1);
+        }
+    }
 }

@@ -76,7 +76,15 @@ void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double t
 /* ||got - want|| / ||want|| over all elements (got on any device, both float), in float64 */
 double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
 
-/* Runs the cmocka group; returns cmocka's status (0 when all pass). */
-#define NBT_RUN(tests) cmocka_run_group_tests(tests, NULL, NULL)
+/* Prints which CPU kernels this run tests: nabla's own AVX-512 ones, or the portable ones and
+ * why. Exits 1 where nabla's choice disagrees with what the kernel reports of the CPU
+ * (/proc/cpuinfo's avx512f; NABLA_MAX_CPU_ISA=avx2 turns them off on purpose), and where
+ * NB_REQUIRE_ISA=avx512 (for a test machine meant to have AVX-512) finds no AVX-512: the
+ * AVX-512 kernels would otherwise go untested while the suite reads as passed. */
+void nbt_check_isa(void);
+
+/* Runs the cmocka group, after nbt_check_isa; returns cmocka's status (0 when all pass). */
+#define NBT_RUN(tests) (nbt_check_isa(), cmocka_run_group_tests(tests, NULL, NULL))
+#define NBT_RUN_GROUP(tests, setup, teardown) (nbt_check_isa(), cmocka_run_group_tests(tests, setup, teardown))
 
 #endif
