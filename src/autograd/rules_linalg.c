@@ -42,6 +42,9 @@ nb_status nb__bw_BMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     return sink_product(sink_a, sink_b, a, b, g, alpha);
 }
 
+/* mm's node: the 2-D case of the rule above. */
+nb_status nb__bw_MM(nb_node *node, nb_tensor *g, nb_tensor **grad_in) { return nb__bw_BMM(node, g, grad_in); }
+
 /* alpha * x @ y in one GEMM (addmm ignores its input when beta is 0). */
 static nb_tensor *scaled_mm(const nb_tensor *x, const nb_tensor *y, double alpha)
 {

@@ -1,6 +1,7 @@
 /* Matrix products: matmul, mm, bmm, addmm, linear. Every product runs as one BMM kernel call
- * (NB_OP_BMM: out[b] = s1 out[b] + s0 a[b] @ b[b], any strides). mm, bmm and matmul record a
- * BMM node (matmul's other steps are views, which record their own); addmm and linear record
+ * (NB_OP_BMM: out[b] = s1 out[b] + s0 a[b] @ b[b], any strides). mm and 2-D matmul record an
+ * MM node, bmm and batched matmul a BMM node (matmul's other steps are views, which record
+ * their own); addmm and linear record
  * their own nodes so that their backward is one GEMM per matrix gradient. Rules in
  * src/autograd/rules_linalg.c. */
 #include <math.h>
@@ -100,13 +101,14 @@ static nb_tensor *finish(nb_op op, nb_tensor *out, const nb_tensor *const *in, i
     return nb__track(out);
 }
 
-/* a @ b for validated a, b both 2-D or both 3-D with one batch size; a BMM node. */
+/* a @ b for validated a, b both 2-D (an MM node, as PyTorch's mm) or both 3-D with one batch
+ * size (a BMM node). */
 static nb_tensor *product(const nb_tensor *a, const nb_tensor *b)
 {
     nb_tensor *out = gemm_new(a, b, NULL, 0, 1);
     const nb_tensor *in[2] = {a, b};
     const nb_tensor *save[2] = {nb_tensor_requires_grad(b) ? a : NULL, nb_tensor_requires_grad(a) ? b : NULL};
-    return out ? finish(NB_OP_BMM, out, in, 2, save, 0, 1) : NULL;
+    return out ? finish(a->ndim == 2 ? NB_OP_MM : NB_OP_BMM, out, in, 2, save, 0, 1) : NULL;
 }
 
 nb_tensor *nb_mm(const nb_tensor *a, const nb_tensor *b)
@@ -139,7 +141,7 @@ static nb_tensor *matmul_2d(const nb_tensor *a, const nb_tensor *b)
     nb_tensor *a2 = a->ndim == 1 ? nb_unsqueeze(a, 0) : (nb_tensor *)a;
     nb_tensor *b2 = b->ndim == 1 ? nb_unsqueeze(b, 1) : (nb_tensor *)b;
     nb_tensor *r = a2 && b2 ? product(a2, b2) : NULL;
-    if (!r) return NULL;
+    if (!r || (a->ndim == 2 && b->ndim == 2)) return r; /* the product itself, as PyTorch's (MmBackward0) */
     int64_t shape[2];
     int nd = 0;
     if (a->ndim == 2) shape[nd++] = a->shape[0];
