@@ -59,6 +59,10 @@ nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device
                        double *acc);
 /* Loads the "model." entries of checkpoint map ck into m (strict). */
 nb_status cli_load_model(nb_module *m, const nb_tensor_map *ck);
+/* Checkpoints in the format their name says: a path ending in .pt or .pth is PyTorch's
+ * (nb_torch_save / nb_torch_load, what torch.save writes), any other safetensors. */
+nb_status cli_checkpoint_save(const nb_tensor_map *m, const char *path);
+nb_status cli_checkpoint_load(const char *path, nb_tensor_map **out);
 double cli_now(void);
 
 /* ---- data-parallel training (train_dist.c) ---- */

@@ -157,7 +157,7 @@ int cmd_eval(int argc, char **argv)
     if (nb_device_parse(o.device, &dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "eval");
     if (o.threads > 0 && nb_set_num_threads((int)o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "eval");
     nb_tensor_map *ck = NULL;
-    if (nb_safetensors_load(o.load, nb_cpu(), &ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "eval");
+    if (cli_checkpoint_load(o.load, &ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "eval");
     const char *saved = nb_tensor_map_metadata(ck, "model");
     nb_dataset *test = NULL;
     nb_module *m = NULL;

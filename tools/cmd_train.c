@@ -69,7 +69,7 @@ static nb_optim *make_optim(trainer *t)
 /* Reads the --resume checkpoint's metadata: the epoch to start at, the seed and the optimizer. */
 static int read_resume(trainer *t)
 {
-    if (nb_safetensors_load(t->o.resume, nb_cpu(), &t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
+    if (cli_checkpoint_load(t->o.resume, &t->ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "train");
     const char *model = nb_tensor_map_metadata(t->ck, "model"), *epoch = nb_tensor_map_metadata(t->ck, "epoch");
     const char *seed = nb_tensor_map_metadata(t->ck, "seed"), *opt = nb_tensor_map_metadata(t->ck, "optimizer");
     const char *sched = nb_tensor_map_metadata(t->ck, "schedule"), *total = nb_tensor_map_metadata(t->ck, "epochs");
@@ -214,7 +214,7 @@ static nb_status save(trainer *t, int64_t epochs_done)
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "model", t->o.model);
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "optimizer", t->o.optimizer);
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "data", t->o.data);
-    if (st == NB_OK) st = nb_safetensors_save(ck, t->o.save);
+    if (st == NB_OK) st = cli_checkpoint_save(ck, t->o.save);
     nb_scope_end(s);
     nb_tensor_map_free(sd);
     nb_tensor_map_free(ck);

@@ -17,7 +17,9 @@ static const char *const usage_text =
     "        [--seed N] [--save FILE] [--resume FILE] [--metrics FILE.jsonl] [--limit N]\n"
     "        [--schedule none|cosine] [--stop-after N] [--conv-algo auto|direct|winograd]\n"
     "        (cosine: the rate anneals to 0 over all --epochs; --stop-after N ends this run after N\n"
-    "        epochs, e.g. to resume it later; --conv-algo as for bench)\n"
+    "        epochs, e.g. to resume it later; --conv-algo as for bench; --save and --resume\n"
+    "        files ending in .pt or .pth are PyTorch's format (torch.save, torch.load), others\n"
+    "        safetensors)\n"
     "        [--dist auto|mpi|off]: data parallel, as torch's DistributedDataParallel: started as\n"
     "        `mpiexec -n R nabla train ...`, R processes each train on 1/R of every epoch's samples\n"
     "        and average their gradients (--dist auto: when so launched and nabla has MPI; mpi:\n"
@@ -27,7 +29,7 @@ static const char *const usage_text =
     "        NABLA_NUM_THREADS, OMP_NUM_THREADS) each process runs cores / (processes on its\n"
     "        machine, OMPI_COMM_WORLD_LOCAL_SIZE) threads\n"
     "  eval  --model NAME --data fashion-mnist --load FILE [--data-dir DIR] [--device D]\n"
-    "        [--threads N]\n"
+    "        [--threads N] (FILE: a train --save checkpoint, .pt/.pth or safetensors)\n"
     "  info  the version, backends, devices and thread count\n"
     "  bench [--model a,b,...] [--device cpu|cuda[:N]|auto] [--threads 1,2,...] [--batch-size N]\n"
     "        [--warmup N] [--iters N] [--format table|csv|json] [--seed N] [--data synthetic|real]\n"
@@ -43,6 +45,22 @@ static const char *const usage_text =
     "        --cuda-graph on: on a GPU, the step is captured once as a CUDA graph and replayed)\n"
     "        times training iterations on synthetic data; models: fcn-s alexnet-s resnet-50 fcn-r\n"
     "        alexnet-r resnet-56 lstm (the default: all seven), cnn, resnet20, sgemm\n";
+
+static bool is_torch_file(const char *path)
+{
+    size_t n = strlen(path);
+    return (n >= 3 && !strcmp(path + n - 3, ".pt")) || (n >= 4 && !strcmp(path + n - 4, ".pth"));
+}
+
+nb_status cli_checkpoint_save(const nb_tensor_map *m, const char *path)
+{
+    return is_torch_file(path) ? nb_torch_save(m, path) : nb_safetensors_save(m, path);
+}
+
+nb_status cli_checkpoint_load(const char *path, nb_tensor_map **out)
+{
+    return is_torch_file(path) ? nb_torch_load(path, nb_cpu(), out) : nb_safetensors_load(path, nb_cpu(), out);
+}
 
 int cli_fail(int code, const char *fmt, ...)
 {
