@@ -330,11 +330,28 @@ static void test_refused_torch_files(void **state)
     NBT_FAILS(nb_torch_load(NULL, nb_cpu(), &m) != NB_OK, NB_ERR_INVALID_ARG, "torch_load: NULL path", NULL);
     assert_null(m);
     NBT_FAILS(nb_torch_load(path, nb_cpu(), NULL) != NB_OK, NB_ERR_INVALID_ARG, "torch_load: NULL out", NULL);
+}
+
+/* Loading onto a GPU when there is one; without, the no-device error. */
+static void test_load_to_device(void **state)
+{
+    char path[4096], keys[1024];
+    path_in(path, sizeof path, "nb.pt");
+    nb_tensor_map *m = (nb_tensor_map *)&g_sentinel;
     if (!nb_cuda_is_available()) {
-        path_in(path, sizeof path, "nb.pt");
         NBT_FAILS(nb_torch_load(path, NBT_CUDA0, &m) != NB_OK, NB_ERR_DEVICE, "torch_load", path, "cuda:0", NULL);
         assert_null(m);
+        return;
     }
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_map *want = nabla_map(keys, sizeof keys);
+    NBT_OK(nb_torch_load(path, NBT_CUDA0, &m));
+    for (int i = 0; i < nb_tensor_map_size(m); i++)
+        assert_true(nb_device_equal(nb_tensor_device(nb_tensor_map_get(m, nb_tensor_map_name(m, i))), NBT_CUDA0));
+    check_maps(m, want);
+    nb_tensor_map_free(m);
+    nb_tensor_map_free(want);
+    nb_scope_end(s);
 }
 
 /* ---- crafted archives ---------------------------------------------------------------------- */
@@ -680,7 +697,7 @@ int main(void)
         cmocka_unit_test(test_refused_torch_files),   cmocka_unit_test(test_crafted_tensors),
         cmocka_unit_test(test_crafted_pickles),       cmocka_unit_test(test_crafted_zips),
         cmocka_unit_test(test_atomic_save),           cmocka_unit_test(test_module_to_torch),
-        cmocka_unit_test(test_module_from_torch),
+        cmocka_unit_test(test_module_from_torch),     cmocka_unit_test(test_load_to_device),
     };
     int rc = NBT_RUN(tests);
     if (!getenv("NB_KEEP_FILES")) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -142,8 +142,9 @@ static void text_repr(nb_json_buf *b, const char *s, size_t n, bool bytes)
     nb__json_buf_append(b, &q, 1);
 }
 
-/* The metadata text of a scalar or a sequence of scalars; a string at the top is itself. */
-static void repr(nb_json_buf *b, const pk_value *v, bool top)
+/* The metadata text of a scalar or a sequence of scalars; a string at the top is itself. Stops
+ * early once the text passes limit bytes (the caller refuses it then). */
+static void repr(nb_json_buf *b, const pk_value *v, bool top, size_t limit)
 {
     switch (v->kind) {
     case PK_NONE: nb__json_buf_append(b, "None", 4); break;
@@ -164,9 +165,9 @@ static void repr(nb_json_buf *b, const pk_value *v, bool top)
             break;
         }
         nb__json_buf_append(b, v->kind == PK_LIST ? "[" : v->kind == PK_SET ? "{" : "(", 1);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && b->len <= limit; i++) {
             if (i) nb__json_buf_append(b, ", ", 2);
-            repr(b, v->u.seq.items[i], false);
+            repr(b, v->u.seq.items[i], false, limit);
         }
         if (v->kind == PK_TUPLE && n == 1) nb__json_buf_append(b, ",", 1);
         nb__json_buf_append(b, v->kind == PK_LIST ? "]" : v->kind == PK_SET ? "}" : ")", 1);
@@ -179,7 +180,7 @@ static nb_status add_meta(tf_load *c, const char *name, const pk_value *v)
     if (v->kind == PK_STR && memchr(v->u.str.s, '\0', v->u.str.len))
         return nb__err(NB_ERR_UNSUPPORTED, "'%.200s': the string holds a NUL character", name);
     nb_json_buf b = {0};
-    repr(&b, v, true);
+    repr(&b, v, true, c->text_left);
     if (!b.oom && !b.data) nb__json_buf_append(&b, "", 0);
     nb_status st = b.oom ? nb__err(NB_ERR_OOM, "out of memory") : add_item(c, name, NULL, &b);
     nb__json_buf_free(&b);
