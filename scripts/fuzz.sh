@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Fuzzes nabla's file readers with libFuzzer, under AddressSanitizer and UndefinedBehaviorSanitizer:
-# safetensors checkpoints (and the module, optimizer and scheduler loading them), the JSON parser
-# under their headers, IDX files (plain and gzipped) and CIFAR-10 batches. See tests/fuzz/.
+# safetensors checkpoints (and the module, optimizer and scheduler loading them), PyTorch's
+# checkpoints (torch.save's zip archive and pickle), the JSON parser under safetensors' headers,
+# IDX files (plain and gzipped) and CIFAR-10 batches. See tests/fuzz/.
 #
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [target ...]
 #
-# Targets: safetensors json idx cifar (default: all), each run for N seconds (default 60). Builds
-# build-fuzz/ with clang. Corpora grow in build-fuzz/corpus/<target>/, seeded with valid files;
-# first every input in tests/fuzz/regress/<target>/ is replayed (the inputs that once failed; each
-# also has a test in the regular suite). A failing input is written to build-fuzz/artifacts/ and
-# the script exits non-zero.
+# Targets: safetensors torchfile json idx cifar (default: all), each run for N seconds (default
+# 60). Builds build-fuzz/ with clang. Corpora grow in build-fuzz/corpus/<target>/, seeded with
+# valid files; first every input in tests/fuzz/regress/<target>/ is replayed (the inputs that once
+# failed; each also has a test in the regular suite). A failing input is written to
+# build-fuzz/artifacts/ and the script exits non-zero.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -21,12 +22,12 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    safetensors|json|idx|cifar) targets+=("$1"); shift ;;
-    *) echo "fuzz.sh: unknown argument '$1' (targets: safetensors json idx cifar)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    safetensors|torchfile|json|idx|cifar) targets+=("$1"); shift ;;
+    *) echo "fuzz.sh: unknown argument '$1' (targets: safetensors torchfile json idx cifar)" >&2; exit 2 ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors json idx cifar)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors torchfile json idx cifar)
 
 command -v clang >/dev/null || { echo "fuzz.sh: clang is needed (Debian: apt-get install clang libomp-dev)" >&2; exit 2; }
 dir=build-fuzz
@@ -44,6 +45,17 @@ seed() {
   mkdir -p "$c"
   case "$t" in
     safetensors) NB_FUZZ_SEED_DIR=$c "$dir/tests/fuzz/fuzz_safetensors" ;;
+    torchfile)
+      NB_FUZZ_SEED_DIR=$c "$dir/tests/fuzz/fuzz_torchfile"
+      # and the small files torch.save wrote for test_torchfile (views, nested dicts, a module's
+      # state dict, refused ones), when the test environment's torch is there
+      if [ -x .venv/bin/python ]; then
+        local tmp
+        tmp=$(mktemp -d)
+        .venv/bin/python tests/ref/torchfile_interop.py write "$tmp" > /dev/null 2>&1 &&
+          find "$tmp" -name '*.pt' -size -64k -exec cp {} "$c/" \;
+        rm -rf "$tmp"
+      fi ;;
     json)
       printf '{"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"__metadata__":{"k":"v"}}' > "$c/header.json"
       printf '[1,-2.5e3,true,false,null,"\\u00e9\\ud83d\\ude00",{}]' > "$c/values.json" ;;

@@ -64,6 +64,9 @@ void nb__zip_writer_free(nb_zip_writer *w);
 /* Test hook: when set, the writer gives every entry and the end record their zip64 forms, as it
  * does for entries and offsets past 4 GiB, so that the tests exercise them on small files. */
 extern _Thread_local bool nb__zip_force_zip64;
+/* Fuzzing hook: when set, a CRC-32 that differs from the directory's is not an error, so that
+ * mutated entries reach the pickle reader and the tensor checks (tests/fuzz/fuzz_torchfile.c). */
+extern _Thread_local bool nb__zip_ignore_crc;
 
 /* ==== pickle ================================================================================== */
 
