@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests of the `nabla` command (issue 3, item 6): info, error handling and exit codes, a short
 # training run (metrics, accuracy, checkpoint read by `nabla eval` and by PyTorch's safetensors
-# reader), and resume giving bit-identical weights. Usage: test_cli.sh PATH/TO/nabla
+# reader), resume giving bit-identical weights, and the same through a `.pt` checkpoint (PyTorch's
+# format, read back by torch.load(weights_only=True)). Usage: test_cli.sh PATH/TO/nabla
 # Environment: NB_DATA_DIR (default /usr/share/datasets/fashion-mnist), NB_PYTHON (a Python with
 # torch and safetensors, as ctest sets it: scripts/setup.sh makes it; without it the PyTorch
 # checks fail rather than drop out).
@@ -132,6 +133,30 @@ for k in a:
 print(len(a), "tensors bit-identical")
 PY
     then pass "resume: $(cat py2.txt)"; else fail "resume: $(cat py2.txt)"; fi
+fi
+
+# ---- PyTorch's checkpoint format: .pt resumes as .safetensors does, and torch.load reads it ----
+"$nabla" train "${common[@]}" --epochs 1 --save resumed.pt > /dev/null 2> p1.err || fail "pt: first epoch: $(cat p1.err)"
+"$nabla" train "${common[@]}" --epochs 2 --resume resumed.pt --save resumed.pt > /dev/null 2> p2.err ||
+    fail "pt: second epoch: $(cat p2.err)"
+e3=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load resumed.pt 2>&1)
+if [[ "$e1" == "$e3" ]]; then pass "pt: resumed from .pt, eval equal to the straight run ($e3)"; else fail "pt: '$e1' vs '$e3'"; fi
+expect 1 'missing.pt' "$nabla" eval --model mlp --load missing.pt
+if have_python "pt: torch.load"; then
+    if "$NB_PYTHON" - straight.safetensors resumed.pt > py3.txt 2>&1 <<'PY'
+import sys
+import torch
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), torch.load(sys.argv[2], weights_only=True)
+assert b["model"] == "mlp" and b["epoch"] == "2", {k: v for k, v in b.items() if isinstance(v, str)}
+b = {k: v for k, v in b.items() if isinstance(v, torch.Tensor)}
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+    assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), "differs: " + k
+print(len(b), "tensors read by torch.load(weights_only=True), bit-identical to the straight run's")
+PY
+    then pass "pt: $(cat py3.txt)"; else fail "pt: $(cat py3.txt)"; fi
 fi
 
 # ---- resume with a cosine schedule: the learning rate's state is in the checkpoint ----

@@ -63,6 +63,9 @@ static void test_files(void **state)
     NBT_FAILS(nb_safetensors_load("/nonexistent/model.safetensors", nb_cpu(), &map) != NB_OK, NB_ERR_IO,
               "/nonexistent/model.safetensors", NULL);
     assert_null(map);
+    map = (nb_tensor_map *)STALE;
+    NBT_FAILS(nb_torch_load("/nonexistent/model.pt", nb_cpu(), &map) != NB_OK, NB_ERR_IO, "/nonexistent/model.pt", NULL);
+    assert_null(map);
 }
 
 /* The loader's next: a dataset whose second sample fails. */
