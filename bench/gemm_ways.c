@@ -5,6 +5,8 @@
  *   onednn      dnnl_sgemm as it is;
  *   transposed  cblas_sgemm on C^T = op(B)^T op(A)^T, into scratch transposed back (the
  *               tuner's third way; the transposes are inside the time);
+ *   matmul      oneDNN's matmul primitive (its brgemm kernels on AVX-512; made before the
+ *               timing), which nabla does not use for products yet;
  *   halves      with 2 threads or more: M split in two halves, each a 1-thread cblas_sgemm on
  *               its own thread, at once. It tells whether two cores give more on a product
  *               than OpenBLAS's own split does (docs/BENCHMARKS.md, session 16: they do not).
@@ -13,7 +15,9 @@
  * usage: nabla_gemm_ways [-r R] TT M N K [TT M N K ...]   (TT: NN, NT, TN or TT; R default 5)
  * e.g.   OMP_NUM_THREADS=2 build-bench/bench/nabla_gemm_ways TN 10000 256 4096 NN 4096 256 10000 */
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,14 +61,51 @@ typedef struct prob {
     int m, n, k, lda, ldb;
     const float *a, *b;
     float *c, *ct;
+    dnnl_primitive_t mm; /* oneDNN's matmul for this problem, or NULL */
+    dnnl_memory_t mem[3];
+    dnnl_stream_t stream;
 } prob;
+
+/* p->mm and its memory objects: C = op(A) op(B), each operand row-major with its strides. */
+static bool make_matmul(prob *p, dnnl_engine_t eng)
+{
+    dnnl_dims_t ad = {p->m, p->k}, bd = {p->k, p->n}, cd = {p->m, p->n};
+    dnnl_dims_t as = {p->ta == CblasTrans ? 1 : p->lda, p->ta == CblasTrans ? p->lda : 1};
+    dnnl_dims_t bs = {p->tb == CblasTrans ? 1 : p->ldb, p->tb == CblasTrans ? p->ldb : 1};
+    dnnl_dims_t cs = {p->n, 1};
+    dnnl_memory_desc_t a, b, c;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, dnnl_f32, as) || dnnl_memory_desc_init_by_strides(&b, 2, bd, dnnl_f32, bs) ||
+        dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs) || dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) ||
+        dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL))
+        return false;
+    bool ok = dnnl_primitive_create(&p->mm, pd) == dnnl_success &&
+              dnnl_memory_create(&p->mem[0], &a, eng, (void *)p->a) == dnnl_success &&
+              dnnl_memory_create(&p->mem[1], &b, eng, (void *)p->b) == dnnl_success &&
+              dnnl_memory_create(&p->mem[2], &c, eng, p->c) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
+static void free_matmul(prob *p)
+{
+    for (int i = 0; i < 3; i++)
+        if (p->mem[i]) dnnl_memory_destroy(p->mem[i]);
+    if (p->mm) dnnl_primitive_destroy(p->mm);
+}
 
 static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
 
-/* way 0 openblas, 1 onednn, 2 transposed, 3 halves */
+/* way 0 openblas, 1 onednn, 2 transposed, 3 matmul, 4 halves */
 static void run(const prob *p, int way)
 {
     switch (way) {
+    case 3: {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
+        if (p->mm) dnnl_primitive_execute(p->mm, p->stream, 3, args), dnnl_stream_wait(p->stream);
+        break;
+    }
     case 0:
         cblas_sgemm(CblasRowMajor, p->ta, p->tb, p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
         break;
@@ -104,8 +145,14 @@ int main(int argc, char **argv)
         return 2;
     }
     int threads = omp_get_max_threads();
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) || dnnl_stream_create(&stream, eng, dnnl_stream_default_flags)) {
+        fprintf(stderr, "nabla_gemm_ways: no oneDNN CPU engine\n");
+        return 1;
+    }
     printf("# %d thread%s, best of %d, ms (GFLOP/s)\n# shape              openblas          onednn"
-           "           transposed%s\n",
+           "           transposed        matmul%s\n",
            threads, threads == 1 ? "" : "s", reps, threads >= 2 ? "        halves" : "");
     for (; i + 3 < argc; i += 4) {
         const char *tt = argv[i];
@@ -116,19 +163,25 @@ int main(int argc, char **argv)
             return 2;
         }
         prob p = {.ta = tt[0] == 'T' ? CblasTrans : CblasNoTrans, .tb = tt[1] == 'T' ? CblasTrans : CblasNoTrans,
-                  .m = m, .n = n, .k = k};
+                  .m = m, .n = n, .k = k, .stream = stream};
         p.lda = p.ta == CblasTrans ? m : k;
         p.ldb = p.tb == CblasTrans ? k : n;
         float *a = random_floats((size_t)m * k), *b = random_floats((size_t)k * n);
         p.a = a, p.b = b;
         p.c = malloc((size_t)m * n * sizeof(float));
         p.ct = malloc((size_t)m * n * sizeof(float));
-        if (!a || !b || !p.c || !p.ct) {
+        float *ref = malloc((size_t)m * n * sizeof(float));
+        if (!a || !b || !p.c || !p.ct || !ref) {
             fprintf(stderr, "nabla_gemm_ways: out of memory for %s %d %d %d\n", tt, m, n, k);
             return 1;
         }
+        if (!make_matmul(&p, eng)) fprintf(stderr, "nabla_gemm_ways: no oneDNN matmul for %s %d %d %d\n", tt, m, n, k);
         printf("%s %5d %5d %5d", tt, m, n, k);
-        for (int way = 0; way < (threads >= 2 ? 4 : 3); way++) {
+        for (int way = 0; way < (threads >= 2 ? 5 : 4); way++) {
+            if (way == 3 && !p.mm) {
+                printf("  %17s", "-");
+                continue;
+            }
             run(&p, way);
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
@@ -138,10 +191,23 @@ int main(int argc, char **argv)
                 best = t < best ? t : best;
             }
             printf("  %8.2f (%5.1f)", best * 1e3, 2.0 * m * n * k / best * 1e-9);
+            /* every way's C against OpenBLAS's (kept in ct's place by way 0; the transposed way
+             * writes ct itself, so it is checked by its own C only) */
+            if (way == 0) memcpy(ref, p.c, (size_t)m * n * sizeof(float));
+            double err = 0, scale = 0;
+            for (size_t e = 0; e < (size_t)m * n; e++) {
+                double d = fabs((double)p.c[e] - ref[e]);
+                err = d > err ? d : err;
+                scale = fabs(ref[e]) > scale ? fabs(ref[e]) : scale;
+            }
+            if (err > 1e-4 * scale + 1e-6) printf(" [C differs from OpenBLAS's by %.3g of %.3g]", err, scale);
         }
         printf("\n");
         fflush(stdout);
-        free(a), free(b), free(p.c), free(p.ct);
+        free_matmul(&p);
+        free(a), free(b), free(p.c), free(p.ct), free(ref);
     }
+    dnnl_stream_destroy(stream);
+    dnnl_engine_destroy(eng);
     return 0;
 }
