@@ -2,7 +2,6 @@
  * round trips of every dtype and of non-contiguous tensors, files nabla writes read back by
  * PyTorch, every kind of malformed file, atomic saves, the tensor map, and the JSON parser. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -533,22 +532,6 @@ static void test_crafted_valid(void **state)
 
 /* ---- (5) atomic saves ---------------------------------------------------------------------- */
 
-/* Entries of dir other than . and ..; *tmp counts those with ".tmp." in the name. */
-static int count_entries(const char *dir, int *tmp)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    *tmp = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        n++;
-        if (strstr(e->d_name, ".tmp.")) ++*tmp;
-    }
-    closedir(d);
-    return n;
-}
-
 static void test_atomic_save(void **state)
 {
     nb_scope *s = nb_scope_begin();
@@ -565,7 +548,7 @@ static void test_atomic_save(void **state)
     write_raw(path, "x", 1);
     snprintf(path, sizeof path, "%s/file/x.safetensors", dir);
     NBT_FAILS(nb_safetensors_save(m, path) != NB_OK, NB_ERR_IO, path, NULL);
-    assert_int_equal(count_entries(dir, &tmp), 1);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 1);
     /* A folder without write permission (root ignores permissions: nothing to test then). */
     snprintf(tmp_dir, sizeof tmp_dir, "%s/readonly", dir);
     assert_int_equal(mkdir(tmp_dir, 0555), 0);
@@ -573,21 +556,21 @@ static void test_atomic_save(void **state)
         snprintf(path, sizeof path, "%s/x.safetensors", tmp_dir);
         NBT_FAILS(nb_safetensors_save(m, path) != NB_OK, NB_ERR_IO, path, NULL);
     }
-    assert_int_equal(count_entries(tmp_dir, &tmp), 0);
+    assert_int_equal(nbt_dir_entries(tmp_dir, &tmp), 0);
     /* The target is a folder: the file is written, the rename fails, the temporary goes. */
     snprintf(path, sizeof path, "%s/adir", dir);
     assert_int_equal(mkdir(path, 0755), 0);
     NBT_FAILS(nb_safetensors_save(m, path) != NB_OK, NB_ERR_IO, path, "rename", NULL);
     struct stat st;
     assert_true(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
-    assert_int_equal(count_entries(path, &tmp), 0);
-    assert_int_equal(count_entries(dir, &tmp), 3);
+    assert_int_equal(nbt_dir_entries(path, &tmp), 0);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 3);
     assert_int_equal(tmp, 0);
     /* Over an existing file: replaced, and no temporary left. */
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_raw(path, "old contents, not a checkpoint", 30);
     NBT_OK(nb_safetensors_save(m, path));
-    assert_int_equal(count_entries(dir, &tmp), 4);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 4);
     assert_int_equal(tmp, 0);
     nb_tensor_map *back = NULL;
     NBT_OK(nb_safetensors_load(path, nb_cpu(), &back));

@@ -5,7 +5,6 @@
  * and atomic saves. PyTorch's side is tests/ref/torchfile_interop.py, run with NB_PYTHON (Debian's
  * torch 1.13 in CI; point NB_PYTHON at another interpreter to check another torch). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -572,21 +571,6 @@ static void test_crafted_zips(void **state)
 
 /* ---- (5) atomic saves ---------------------------------------------------------------------- */
 
-static int count_entries(const char *dir, int *tmp)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    *tmp = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        n++;
-        if (strstr(e->d_name, ".tmp.")) ++*tmp;
-    }
-    closedir(d);
-    return n;
-}
-
 static void test_atomic_save(void **state)
 {
     nb_scope *s = nb_scope_begin();
@@ -597,16 +581,16 @@ static void test_atomic_save(void **state)
     int tmp;
     snprintf(path, sizeof path, "%s/missing/x.pt", dir);
     NBT_FAILS(nb_torch_save(m, path) != NB_OK, NB_ERR_IO, "torch_save", path, "cannot create", NULL);
-    assert_int_equal(count_entries(dir, &tmp), 0);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 0);
     snprintf(path, sizeof path, "%s/adir", dir); /* the rename fails: the temporary goes */
     assert_int_equal(mkdir(path, 0755), 0);
     NBT_FAILS(nb_torch_save(m, path) != NB_OK, NB_ERR_IO, "torch_save", "rename", NULL);
-    assert_int_equal(count_entries(dir, &tmp), 1);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 1);
     assert_int_equal(tmp, 0);
     snprintf(path, sizeof path, "%s/model.pt", dir);
     write_raw(path, "old contents, not a checkpoint", 30);
     NBT_OK(nb_torch_save(m, path));
-    assert_int_equal(count_entries(dir, &tmp), 2);
+    assert_int_equal(nbt_dir_entries(dir, &tmp), 2);
     assert_int_equal(tmp, 0);
     NBT_OK(nb_torch_load(path, nb_cpu(), &back));
     check_maps(back, m);

@@ -4,48 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/arena_impl.h"
 #include "io/json_impl.h"
 
-/* ---- arena: every node and string of a document lives in a few large blocks ---------------- */
-
-#define ARENA_BLOCK (64u << 10)
-
-typedef struct arena_block {
-    struct arena_block *next;
-    size_t used, cap;
-    max_align_t data[];
-} arena_block;
+/* ---- the document: every node and string lives in its arena ------------------------------ */
 
 struct nb_json_doc {
-    arena_block *blocks;
+    nb_io_arena arena;
     nb_json *root;
 };
 
-static void *arena_alloc(nb_json_doc *d, size_t n)
-{
-    n = (n + 15) & ~(size_t)15;
-    arena_block *b = d->blocks;
-    if (!b || b->cap - b->used < n) {
-        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
-        b = malloc(sizeof *b + cap);
-        if (!b) return NULL;
-        b->cap = cap;
-        b->used = 0;
-        b->next = d->blocks;
-        d->blocks = b;
-    }
-    void *p = (char *)b->data + b->used;
-    b->used += n;
-    return p;
-}
+static void *arena_alloc(nb_json_doc *d, size_t n) { return nb__io_arena_alloc(&d->arena, n); }
 
 void nb__json_free(nb_json_doc *doc)
 {
     if (!doc) return;
-    for (arena_block *b = doc->blocks, *next; b; b = next) {
-        next = b->next;
-        free(b);
-    }
+    nb__io_arena_free(&doc->arena);
     free(doc);
 }
 

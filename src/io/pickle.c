@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/error_impl.h"
+#include "io/arena_impl.h"
 #include "io/torchfile_impl.h"
 
 /* ==== element types =========================================================================== */
@@ -127,28 +128,17 @@ const char *nb__pickle_kind_name(pk_kind k)
 
 /* ==== the document ============================================================================ */
 
-#define ARENA_BLOCK (64u << 10)
-
-typedef struct pk_block {
-    struct pk_block *next;
-    size_t used, cap;
-    max_align_t data[];
-} pk_block;
-
 struct pk_doc {
-    pk_block *blocks;
-    size_t bytes, limit; /* arena bytes used, and their bound */
-    bool over_limit;     /* an allocation was refused for the bound */
+    nb_io_arena arena;
+    size_t limit;    /* the bound on the arena's bytes */
+    bool over_limit; /* an allocation was refused for the bound */
     size_t n_values;
 };
 
 void nb__pickle_free(pk_doc *doc)
 {
     if (!doc) return;
-    for (pk_block *b = doc->blocks, *next; b; b = next) {
-        next = b->next;
-        free(b);
-    }
+    nb__io_arena_free(&doc->arena);
     free(doc);
 }
 
@@ -210,25 +200,12 @@ static nb_status vm_err(const vm *v, nb_status st, const char *fmt, ...)
 static void *vm_alloc(vm *v, size_t n)
 {
     pk_doc *d = v->doc;
-    n = (n + 15) & ~(size_t)15;
-    if (n > d->limit - d->bytes) {
+    size_t rounded = (n + 15) & ~(size_t)15; /* as the arena rounds it */
+    if (rounded < n || rounded > d->limit - d->arena.bytes) {
         d->over_limit = true;
         return NULL;
     }
-    pk_block *b = d->blocks;
-    if (!b || b->cap - b->used < n) {
-        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
-        b = malloc(sizeof *b + cap);
-        if (!b) return NULL;
-        b->cap = cap;
-        b->used = 0;
-        b->next = d->blocks;
-        d->blocks = b;
-    }
-    void *p = (char *)b->data + b->used;
-    b->used += n;
-    d->bytes += n;
-    return p;
+    return nb__io_arena_alloc(&d->arena, n);
 }
 
 static nb_status oom(const vm *v)

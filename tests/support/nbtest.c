@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
 
 #include "nbtest.h"
 #include "cpu/cpu_impl.h"
@@ -371,4 +372,19 @@ void nbt_check_isa(void)
             exit(1);
         }
     }
+}
+
+int nbt_dir_entries(const char *dir, int *tmp)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    *tmp = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        n++;
+        if (strstr(e->d_name, ".tmp.")) ++*tmp;
+    }
+    closedir(d);
+    return n;
 }

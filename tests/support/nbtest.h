@@ -76,6 +76,10 @@ void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double t
 /* ||got - want|| / ||want|| over all elements (got on any device, both float), in float64 */
 double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
 
+/* Entries of dir other than . and ..; *tmp counts those with ".tmp." in the name (what an
+ * atomic save leaves behind when it fails to clean up). The test fails when dir cannot be read. */
+int nbt_dir_entries(const char *dir, int *tmp);
+
 /* Prints which CPU kernels this run tests: nabla's own AVX-512 ones, or the portable ones and
  * why. Exits 1 where nabla's choice disagrees with what the kernel reports of the CPU
  * (/proc/cpuinfo's avx512f; NABLA_MAX_CPU_ISA=avx2 turns them off on purpose), and where
