@@ -24,14 +24,6 @@
 
 static char in_path[128], out_path[128];
 
-static nb_module *make_model(void)
-{
-    nb_module *children[3] = {nb_linear_module(4, 3, true, NULL), nb_relu_module(), nb_linear_module(3, 2, true, NULL)};
-    nb_module *m = nb_sequential(children, 3);
-    FUZZ_ASSERT(m);
-    return m;
-}
-
 static nb_optim *make_optim(nb_module *m, int which)
 {
     nb_tensor *p[8];
@@ -81,25 +73,11 @@ static bool params_within(nb_module *m, float most)
     return true;
 }
 
-static void check_same(const nb_tensor_map *a, const nb_tensor_map *b)
-{
-    FUZZ_ASSERT(nb_tensor_map_size(a) == nb_tensor_map_size(b));
-    for (int i = 0; i < nb_tensor_map_size(a); i++) {
-        const char *name = nb_tensor_map_name(a, i);
-        nb_tensor *x = nb_tensor_map_get(a, name), *y = nb_tensor_map_get(b, name);
-        FUZZ_ASSERT(x && y);
-        FUZZ_ASSERT(nb_tensor_dtype(x) == nb_tensor_dtype(y) && nb_tensor_ndim(x) == nb_tensor_ndim(y));
-        for (int d = 0; d < nb_tensor_ndim(x); d++) FUZZ_ASSERT(nb_tensor_shape(x)[d] == nb_tensor_shape(y)[d]);
-        size_t nbytes = (size_t)nb_tensor_numel(x) * nb_dtype_size(nb_tensor_dtype(x));
-        FUZZ_ASSERT(nbytes == 0 || memcmp(nb_tensor_data_ptr(x), nb_tensor_data_ptr(y), nbytes) == 0);
-    }
-}
-
 static void write_seed(const char *dir)
 {
     nb_scope *s = nb_scope_begin();
     nb_manual_seed(1);
-    nb_module *m = make_model();
+    nb_module *m = fuzz_small_model();
     nb_optim *opt = make_optim(m, 1);
     nb_lr_scheduler *sched = nb_lr_cosine(opt, 10, 0.0);
     FUZZ_ASSERT(sched);
@@ -160,14 +138,14 @@ static void run_one(const uint8_t *data, size_t size)
     FUZZ_ASSERT(nb_safetensors_save(map, out_path) == NB_OK);
     nb_tensor_map *again = NULL;
     FUZZ_ASSERT(nb_safetensors_load(out_path, nb_cpu(), &again) == NB_OK);
-    check_same(map, again);
+    fuzz_check_same_maps(map, again, false);
     nb_tensor_map_free(again);
     unlink(out_path);
 
     /* the checkpoint's consumers */
     for (int which = 0; which < 3; which++) {
         nb_manual_seed(2);
-        nb_module *m = make_model();
+        nb_module *m = fuzz_small_model();
         nb_status ms = nb_module_load_state_dict(m, map, which != 1);
         if (ms != NB_OK) fuzz_check_error(ms, "load_state_dict");
         bool moderate = params_within(m, 1e6f);

@@ -24,35 +24,6 @@
 
 static char in_path[128], out_path[128];
 
-static nb_module *make_model(void)
-{
-    nb_module *children[3] = {nb_linear_module(4, 3, true, NULL), nb_relu_module(), nb_linear_module(3, 2, true, NULL)};
-    nb_module *m = nb_sequential(children, 3);
-    FUZZ_ASSERT(m);
-    return m;
-}
-
-static void check_same(const nb_tensor_map *a, const nb_tensor_map *b)
-{
-    FUZZ_ASSERT(nb_tensor_map_size(a) == nb_tensor_map_size(b));
-    for (int i = 0; i < nb_tensor_map_size(a); i++) {
-        const char *name = nb_tensor_map_name(a, i);
-        FUZZ_ASSERT(strcmp(name, nb_tensor_map_name(b, i)) == 0);
-        nb_tensor *x = nb_tensor_map_get(a, name), *y = nb_tensor_map_get(b, name);
-        FUZZ_ASSERT(x && y);
-        FUZZ_ASSERT(nb_tensor_dtype(x) == nb_tensor_dtype(y) && nb_tensor_ndim(x) == nb_tensor_ndim(y));
-        for (int d = 0; d < nb_tensor_ndim(x); d++) FUZZ_ASSERT(nb_tensor_shape(x)[d] == nb_tensor_shape(y)[d]);
-        size_t nbytes = (size_t)nb_tensor_numel(x) * nb_dtype_size(nb_tensor_dtype(x));
-        FUZZ_ASSERT(nbytes == 0 || memcmp(nb_tensor_data_ptr(x), nb_tensor_data_ptr(y), nbytes) == 0);
-    }
-    FUZZ_ASSERT(nb__tensor_map_metadata_count(a) == nb__tensor_map_metadata_count(b));
-    for (int i = 0; i < nb__tensor_map_metadata_count(a); i++) {
-        const char *k, *v, *k2, *v2;
-        nb__tensor_map_metadata_at(a, i, &k, &v);
-        nb__tensor_map_metadata_at(b, i, &k2, &v2);
-        FUZZ_ASSERT(strcmp(k, k2) == 0 && strcmp(v, v2) == 0);
-    }
-}
 
 /* {"0.weight": a [3, 4] view of storage "0" at offset 2 with strides (1, 3), "0.bias": the same
  * storage's first 3, "cfg": {"lr": 0.5, "layers": [1, 2]}, "n": None}. */
@@ -103,7 +74,7 @@ static void write_seeds(const char *dir)
 {
     nb_scope *s = nb_scope_begin();
     nb_manual_seed(1);
-    nb_module *m = make_model();
+    nb_module *m = fuzz_small_model();
     nb_tensor_map *map = nb_tensor_map_create();
     FUZZ_ASSERT(map && nb_module_state_dict(m, map) == NB_OK);
     FUZZ_ASSERT(nb_tensor_map_set_metadata(map, "epoch", "3") == NB_OK);
@@ -147,7 +118,7 @@ static void run_one(const uint8_t *data, size_t size)
     if (st == NB_OK) {
         nb_tensor_map *again = NULL;
         FUZZ_ASSERT(nb_torch_load(out_path, nb_cpu(), &again) == NB_OK);
-        check_same(map, again);
+        fuzz_check_same_maps(map, again, true);
         nb_tensor_map_free(again);
         unlink(out_path);
     } else {
@@ -156,7 +127,7 @@ static void run_one(const uint8_t *data, size_t size)
     }
     /* the checkpoint's consumer */
     nb_manual_seed(2);
-    nb_module *m = make_model();
+    nb_module *m = fuzz_small_model();
     nb_status ms = nb_module_load_state_dict(m, map, false);
     if (ms != NB_OK) fuzz_check_error(ms, "load_state_dict");
     int64_t shape[2] = {5, 4};
