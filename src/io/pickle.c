@@ -1,8 +1,9 @@
 /* The subset of Python's pickle that torch.save writes (protocol 2, and the opcodes of later
- * protocols a re-saved file may use): a reader that evaluates a pickle into a tree of values, and
- * the writer's opcodes.
+ * protocols a re-saved file may use): the reader, which evaluates a pickle into a tree of values.
+ * The allow-list of globals and torch's element types are pickle_globals.c; the writer's opcodes
+ * pickle_write.c.
  *
- * The reader never calls anything: GLOBAL names are looked up in an allow-list (torch's tensor
+ * The reader never calls anything: GLOBAL names are looked up in the allow-list (torch's tensor
  * rebuild functions, its storage classes and dtypes, OrderedDict, torch.Size, torch.device, set,
  * _codecs.encode for bytes), as torch.load(weights_only=True) does, and REDUCE applies the few
  * calls it knows to values. BINPERSID makes a storage reference from torch's persistent id
@@ -18,106 +19,8 @@
 
 #include "core/error_impl.h"
 #include "io/arena_impl.h"
+#include "io/pickle_impl.h"
 #include "io/torchfile_impl.h"
-
-/* ==== element types =========================================================================== */
-
-const nb_torch_elem nb__torch_elems[] = {
-    {"FloatStorage", "float32", NB_FLOAT32, 4},
-    {"DoubleStorage", "float64", NB_FLOAT64, 8},
-    {"HalfStorage", "float16", NB_FLOAT16, 2},
-    {"BFloat16Storage", "bfloat16", NB_BFLOAT16, 2},
-    {"LongStorage", "int64", NB_INT64, 8},
-    {"IntStorage", "int32", NB_INT32, 4},
-    {"ShortStorage", "int16", -1, 2},
-    {"CharStorage", "int8", -1, 1},
-    {"ByteStorage", "uint8", NB_UINT8, 1},
-    {"BoolStorage", "bool", NB_BOOL, 1},
-    {"ComplexFloatStorage", "complex64", -1, 8},
-    {"ComplexDoubleStorage", "complex128", -1, 16},
-    {"ComplexHalfStorage", "complex32", -1, 4},
-    /* dtypes without a typed storage class (torch 2.x writes them with _rebuild_tensor_v3) */
-    {NULL, "uint16", -1, 2},
-    {NULL, "uint32", -1, 4},
-    {NULL, "uint64", -1, 8},
-    {NULL, "float8_e4m3fn", -1, 1},
-    {NULL, "float8_e5m2", -1, 1},
-};
-const int nb__torch_elem_count = (int)(sizeof nb__torch_elems / sizeof nb__torch_elems[0]);
-
-const nb_torch_elem *nb__torch_elem_of(nb_dtype dt)
-{
-    for (int i = 0; i < nb__torch_elem_count; i++)
-        if (nb__torch_elems[i].nb == (int)dt) return &nb__torch_elems[i];
-    return NULL;
-}
-
-/* ==== the allow-list ========================================================================== */
-
-enum {
-    G_ORDERED_DICT,
-    G_REBUILD_V2,
-    G_REBUILD_V3,
-    G_REBUILD_PARAMETER,
-    G_REBUILD_PARAMETER_STATE,
-    G_SIZE,
-    G_DEVICE,
-    G_SET,
-    G_FROZENSET,
-    G_CODECS_ENCODE,
-    G_UNTYPED_STORAGE,
-    G_FIXED_COUNT,
-    G_STORAGE = 64, /* + element type: torch.FloatStorage... */
-    G_DTYPE = 128   /* + element type: torch.float32... */
-};
-
-static const struct {
-    const char *module, *name;
-} fixed_globals[G_FIXED_COUNT] = {
-    [G_ORDERED_DICT] = {"collections", "OrderedDict"},
-    [G_REBUILD_V2] = {"torch._utils", "_rebuild_tensor_v2"},
-    [G_REBUILD_V3] = {"torch._utils", "_rebuild_tensor_v3"},
-    [G_REBUILD_PARAMETER] = {"torch._utils", "_rebuild_parameter"},
-    [G_REBUILD_PARAMETER_STATE] = {"torch._utils", "_rebuild_parameter_with_state"},
-    [G_SIZE] = {"torch", "Size"},
-    [G_DEVICE] = {"torch", "device"},
-    [G_SET] = {"builtins", "set"},
-    [G_FROZENSET] = {"builtins", "frozenset"},
-    [G_CODECS_ENCODE] = {"_codecs", "encode"},
-    [G_UNTYPED_STORAGE] = {"torch.storage", "UntypedStorage"},
-};
-
-static bool eq(const char *s, size_t n, const char *lit) { return strlen(lit) == n && memcmp(s, lit, n) == 0; }
-
-/* The allow-list index of module.name, or -1. */
-static int lookup_global(const char *mod, size_t mod_len, const char *name, size_t name_len)
-{
-    /* protocol 2 writes Python 3's builtins under their Python 2 name */
-    if (eq(mod, mod_len, "__builtin__")) mod = "builtins", mod_len = 8;
-    for (int g = 0; g < G_FIXED_COUNT; g++)
-        if (eq(mod, mod_len, fixed_globals[g].module) && eq(name, name_len, fixed_globals[g].name)) return g;
-    if (eq(mod, mod_len, "torch") && eq(name, name_len, "UntypedStorage")) return G_UNTYPED_STORAGE;
-    if (!eq(mod, mod_len, "torch")) return -1;
-    for (int i = 0; i < nb__torch_elem_count; i++) {
-        if (nb__torch_elems[i].storage && eq(name, name_len, nb__torch_elems[i].storage)) return G_STORAGE + i;
-        if (eq(name, name_len, nb__torch_elems[i].dtype)) return G_DTYPE + i;
-    }
-    return -1;
-}
-
-static const char *global_name(int g, char *buf, size_t size)
-{
-    if (g < G_FIXED_COUNT) snprintf(buf, size, "%s.%s", fixed_globals[g].module, fixed_globals[g].name);
-    else if (g >= G_DTYPE) snprintf(buf, size, "torch.%s", nb__torch_elems[g - G_DTYPE].dtype);
-    else snprintf(buf, size, "torch.%s", nb__torch_elems[g - G_STORAGE].storage);
-    return buf;
-}
-
-const char *nb__pickle_global_name(const pk_value *v)
-{
-    static _Thread_local char buf[96];
-    return global_name(v->u.global, buf, sizeof buf);
-}
 
 const char *nb__pickle_kind_name(pk_kind k)
 {
@@ -386,7 +289,7 @@ static nb_status read_line(vm *v, const char **s, size_t *len)
 
 static nb_status push_global(vm *v, const char *mod, size_t mod_len, const char *name, size_t name_len)
 {
-    int g = lookup_global(mod, mod_len, name, name_len);
+    int g = nb__pk_lookup_global(mod, mod_len, name, name_len);
     if (g < 0)
         return vm_err(v, NB_ERR_UNSUPPORTED, "cannot load global %.*s.%.*s: only dicts, lists, tuples, tensors and "
                       "numbers (and torch's storage classes, dtypes, Size and device)", (int)(mod_len > 120 ? 120 : mod_len),
@@ -476,12 +379,12 @@ static nb_status rebuild_tensor(vm *v, bool v3, pk_value **a, size_t n)
     t->storage = a[0]->u.storage;
     t->offset = a[1]->u.i;
     if (v3) {
-        if (a[6]->kind != PK_GLOBAL || a[6]->u.global < G_DTYPE)
+        if (a[6]->kind != PK_GLOBAL || a[6]->u.global < PK_G_DTYPE)
             return vm_err(v, NB_ERR_FORMAT, "%s: its dtype must be a torch dtype, found %s", fn,
                           nb__pickle_kind_name(a[6]->kind));
         if (t->storage->elem)
             return vm_err(v, NB_ERR_FORMAT, "%s: expects an UntypedStorage, found %s", fn, t->storage->type_name);
-        t->elem = &nb__torch_elems[a[6]->u.global - G_DTYPE];
+        t->elem = &nb__torch_elems[a[6]->u.global - PK_G_DTYPE];
     } else {
         if (!t->storage->elem) return vm_err(v, NB_ERR_FORMAT, "%s: expects a typed storage, found %s", fn,
                                              t->storage->type_name);
@@ -495,7 +398,7 @@ static nb_status rebuild_tensor(vm *v, bool v3, pk_value **a, size_t n)
 static nb_status codecs_encode(vm *v, pk_value **a, size_t n)
 {
     if (n != 2 || a[0]->kind != PK_STR || a[1]->kind != PK_STR ||
-        !(eq(a[1]->u.str.s, a[1]->u.str.len, "latin1") || eq(a[1]->u.str.s, a[1]->u.str.len, "latin-1")))
+        !(pk_eq(a[1]->u.str.s, a[1]->u.str.len, "latin1") || pk_eq(a[1]->u.str.s, a[1]->u.str.len, "latin-1")))
         return vm_err(v, NB_ERR_UNSUPPORTED, "_codecs.encode: only (str, 'latin1') is read");
     const unsigned char *s = (const unsigned char *)a[0]->u.str.s;
     size_t len = a[0]->u.str.len, k = 0;
@@ -535,34 +438,34 @@ static nb_status reduce(vm *v)
     size_t n = args->u.seq.n;
     int g = fn->u.global;
     switch (g) {
-    case G_ORDERED_DICT:
+    case PK_G_ORDERED_DICT:
         if (n) return vm_err(v, NB_ERR_UNSUPPORTED, "collections.OrderedDict with arguments");
         return push(v, new_value(v, PK_DICT));
-    case G_REBUILD_V2:
-    case G_REBUILD_V3: return rebuild_tensor(v, g == G_REBUILD_V3, a, n);
-    case G_REBUILD_PARAMETER:
-    case G_REBUILD_PARAMETER_STATE:
-        if (n != (g == G_REBUILD_PARAMETER ? 3u : 4u) || a[0]->kind != PK_TENSOR)
+    case PK_G_REBUILD_V2:
+    case PK_G_REBUILD_V3: return rebuild_tensor(v, g == PK_G_REBUILD_V3, a, n);
+    case PK_G_REBUILD_PARAMETER:
+    case PK_G_REBUILD_PARAMETER_STATE:
+        if (n != (g == PK_G_REBUILD_PARAMETER ? 3u : 4u) || a[0]->kind != PK_TENSOR)
             return vm_err(v, NB_ERR_FORMAT, "%s: expected (tensor, requires_grad, hooks%s)",
-                          fixed_globals[g].name, g == G_REBUILD_PARAMETER ? "" : ", state");
+                          nb__pk_fixed_name(g), g == PK_G_REBUILD_PARAMETER ? "" : ", state");
         return push(v, a[0]);
-    case G_SIZE:
+    case PK_G_SIZE:
         if (n != 1 || a[0]->kind != PK_TUPLE) return vm_err(v, NB_ERR_FORMAT, "torch.Size: expected a tuple");
         return push(v, a[0]);
-    case G_SET:
-    case G_FROZENSET: {
+    case PK_G_SET:
+    case PK_G_FROZENSET: {
         pk_value *s = new_value(v, PK_SET);
         if (!s) return value_err(v);
         if (n > 1 || (n == 1 && a[0]->kind != PK_LIST && a[0]->kind != PK_TUPLE && a[0]->kind != PK_SET))
-            return vm_err(v, NB_ERR_FORMAT, "%s: expected a list", fixed_globals[g].name);
+            return vm_err(v, NB_ERR_FORMAT, "%s: expected a list", nb__pk_fixed_name(g));
         for (size_t i = 0; n && i < a[0]->u.seq.n; i++) NB_TRY(seq_push(v, s, a[0]->u.seq.items[i]));
         return push(v, s);
     }
-    case G_DEVICE: return make_device(v, a, n);
-    case G_CODECS_ENCODE: return codecs_encode(v, a, n);
+    case PK_G_DEVICE: return make_device(v, a, n);
+    case PK_G_CODECS_ENCODE: return codecs_encode(v, a, n);
     default: {
         char buf[96];
-        return vm_err(v, NB_ERR_UNSUPPORTED, "calling %s is not allowed", global_name(g, buf, sizeof buf));
+        return vm_err(v, NB_ERR_UNSUPPORTED, "calling %s is not allowed", nb__pk_global_qualname(g, buf, sizeof buf));
     }
     }
 }
@@ -574,10 +477,10 @@ static nb_status persistent_load(vm *v)
     NB_TRY(pop(v, &pid));
     pk_value **a = pid->u.seq.items;
     if (pid->kind != PK_TUPLE || pid->u.seq.n != 5 || (a[0]->kind != PK_STR && a[0]->kind != PK_BYTES) ||
-        !eq(a[0]->u.str.s, a[0]->u.str.len, "storage"))
+        !pk_eq(a[0]->u.str.s, a[0]->u.str.len, "storage"))
         return vm_err(v, NB_ERR_FORMAT, "a persistent id must be ('storage', class, key, location, numel)");
-    if (a[1]->kind != PK_GLOBAL || (a[1]->u.global != G_UNTYPED_STORAGE && a[1]->u.global < G_STORAGE) ||
-        a[1]->u.global >= G_DTYPE)
+    if (a[1]->kind != PK_GLOBAL || (a[1]->u.global != PK_G_UNTYPED_STORAGE && a[1]->u.global < PK_G_STORAGE) ||
+        a[1]->u.global >= PK_G_DTYPE)
         return vm_err(v, NB_ERR_FORMAT, "a persistent id's class must be a torch storage class, found %s",
                       a[1]->kind == PK_GLOBAL ? nb__pickle_global_name(a[1]) : nb__pickle_kind_name(a[1]->kind));
     if (a[2]->kind != PK_STR || a[2]->u.str.len == 0 || a[2]->u.str.len > 200 ||
@@ -593,8 +496,8 @@ static nb_status persistent_load(vm *v)
     memcpy(key, a[2]->u.str.s, a[2]->u.str.len);
     key[a[2]->u.str.len] = '\0';
     s->key = key;
-    s->elem = a[1]->u.global == G_UNTYPED_STORAGE ? NULL : &nb__torch_elems[a[1]->u.global - G_STORAGE];
-    global_name(a[1]->u.global, s->type_name, sizeof s->type_name);
+    s->elem = a[1]->u.global == PK_G_UNTYPED_STORAGE ? NULL : &nb__torch_elems[a[1]->u.global - PK_G_STORAGE];
+    nb__pk_global_qualname(a[1]->u.global, s->type_name, sizeof s->type_name);
     s->numel = a[4]->u.i;
     x->u.storage = s;
     return push(v, x);
@@ -787,62 +690,4 @@ nb_status nb__pickle_load(const unsigned char *data, size_t n, pk_doc **doc, con
     }
     *doc = v.doc;
     return NB_OK;
-}
-
-/* ==== writing ================================================================================= */
-
-void nb__pk_op(nb_json_buf *b, unsigned char op) { nb__json_buf_append(b, (const char *)&op, 1); }
-
-static void put_le(nb_json_buf *b, uint64_t v, int k)
-{
-    char buf[8];
-    for (int i = 0; i < k; i++) buf[i] = (char)(v >> (8 * i));
-    nb__json_buf_append(b, buf, (size_t)k);
-}
-
-void nb__pk_int(nb_json_buf *b, int64_t v)
-{
-    if (v >= 0 && v < 256) {
-        nb__pk_op(b, 'K');
-        put_le(b, (uint64_t)v, 1);
-    } else if (v >= 0 && v < 65536) {
-        nb__pk_op(b, 'M');
-        put_le(b, (uint64_t)v, 2);
-    } else if (v >= INT32_MIN && v <= INT32_MAX) {
-        nb__pk_op(b, 'J');
-        put_le(b, (uint64_t)v, 4);
-    } else {
-        /* LONG1: the shortest two's complement */
-        int k = 8;
-        while (k > 1 && ((v >> (8 * (k - 1) - 1)) == 0 || (v >> (8 * (k - 1) - 1)) == -1)) k--;
-        nb__pk_op(b, 0x8a);
-        put_le(b, (uint64_t)k, 1);
-        put_le(b, (uint64_t)v, k);
-    }
-}
-
-void nb__pk_str(nb_json_buf *b, const char *s)
-{
-    size_t n = strlen(s);
-    nb__pk_op(b, 'X');
-    put_le(b, n, 4);
-    nb__json_buf_append(b, s, n);
-}
-
-void nb__pk_global(nb_json_buf *b, const char *module, const char *name)
-{
-    nb__pk_op(b, 'c');
-    nb__json_buf_printf(b, "%s\n%s\n", module, name);
-}
-
-void nb__pk_put(nb_json_buf *b, uint32_t memo)
-{
-    nb__pk_op(b, memo < 256 ? 'q' : 'r');
-    put_le(b, memo, memo < 256 ? 1 : 4);
-}
-
-void nb__pk_get(nb_json_buf *b, uint32_t memo)
-{
-    nb__pk_op(b, memo < 256 ? 'h' : 'j');
-    put_le(b, memo, memo < 256 ? 1 : 4);
 }

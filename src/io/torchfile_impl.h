@@ -3,9 +3,11 @@
  *  - zip.c: a minimal zip archive reader (stored and deflated entries, zip64, CRC-32 checked) and
  *    writer (stored entries, each entry's data aligned to 64 bytes as torch's writer does, zip64
  *    when an entry or an offset needs it).
- *  - pickle.c: the subset of Python's pickle that torch.save writes: a reader that evaluates a
- *    pickle into a tree of values without ever calling anything (an allow-list of torch's
- *    globals, as torch.load(weights_only=True)), and the writer's opcodes.
+ *  - pickle.c, pickle_globals.c, pickle_write.c: the subset of Python's pickle that torch.save
+ *    writes: a reader that evaluates a pickle into a tree of values without ever calling anything
+ *    (pickle.c), over an allow-list of torch's globals and its element types, as
+ *    torch.load(weights_only=True) (pickle_globals.c, with pickle_impl.h), and the writer's
+ *    opcodes (pickle_write.c).
  *
  * Errors are set without a prefix ("entry 'archive/data/0': ...", "data.pkl: unknown opcode 0xff
  * at offset 12"): torchfile.c puts "torch_load: <path>: " in front.
