@@ -1,5 +1,5 @@
 /* The writer's side of the pickle subset (see torchfile_impl.h): opcodes of protocol 2, each
- * appended to a buffer, limited to those torch 1.13's weights_only loader accepts. torchfile.c
+ * appended to a buffer, limited to those torch 1.13's weights_only loader accepts. torchfile_save.c
  * builds data.pkl from them; the tests build crafted pickles with them. */
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Internal: the two layers under PyTorch's checkpoint format (src/io/torchfile.c).
+/* Internal: the two layers under PyTorch's checkpoint format (src/io/torchfile.c, torchfile_save.c).
  *
  *  - zip.c: a minimal zip archive reader (stored and deflated entries, zip64, CRC-32 checked) and
  *    writer (stored entries, each entry's data aligned to 64 bytes as torch's writer does, zip64
