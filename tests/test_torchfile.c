@@ -1,8 +1,9 @@
 /* PyTorch's checkpoint format (nb_torch_save, nb_torch_load): files torch.save wrote read
  * bit-exactly (every dtype, views sharing storages, nested dicts, a module's and an optimizer's
  * state), files nabla writes read by torch.load(weights_only=True) (and mmap=True where torch has
- * it), zip64 and deflated archives, a module checkpoint both ways, every kind of malformed file,
- * and atomic saves. PyTorch's side is tests/ref/torchfile_interop.py, run with NB_PYTHON (Debian's
+ * it), names sharing a storage written as one storage that torch loads as shared memory, zip64
+ * and deflated archives, a module checkpoint both ways, every kind of malformed file, and atomic
+ * saves. PyTorch's side is tests/ref/torchfile_interop.py, run with NB_PYTHON (Debian's
  * torch 1.13 in CI; point NB_PYTHON at another interpreter to check another torch). */
 #define _GNU_SOURCE
 #include <ftw.h>
@@ -211,6 +212,85 @@ static void test_nabla_writes(void **state)
     nb__zip_close(&z);
     nb_tensor_map_free(m);
     nb_scope_end(s);
+}
+
+/* The data/<key> entries of the archive at path, and their sizes in key order (up to 16). */
+static int data_entries(const char *path, uint64_t *sizes)
+{
+    nb_zip z;
+    NBT_OK(nb__zip_open(&z, path));
+    int n = 0;
+    for (size_t i = 0; i < z.n; i++) n += strncmp(z.entries[i].name, "archive/data/", 13) == 0;
+    for (int k = 0; k < n && k < 16; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "archive/data/%d", k);
+        const nb_zip_entry *e = nb__zip_find(&z, name);
+        if (!e) fail_msg("%s: no entry '%s' among its %d storages", path, name, n);
+        sizes[k] = e->size;
+    }
+    nb__zip_close(&z);
+    return n;
+}
+
+/* Tied weights: names sharing an nb storage (the same tensor twice, a transpose, slices) are
+ * written as one storage each tensor views, as torch.save does, which torch.load gives back as
+ * tensors sharing memory; the record holds the span those tensors reach. Made on dev. */
+static nb_tensor_map *tied_map(nb_device dev, char *keys, size_t cap)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    int64_t s46[2] = {4, 6}, s32[2] = {3, 2};
+    nb_tensor *b = NBT_CHECK(nb_to(NBT_CHECK(nb_reshape(NBT_CHECK(nb_arange(0, 24, 1, &p)), s46, 2)), dev));
+    nb_tensor *x = NBT_CHECK(nb_to(NBT_CHECK(nb_arange(100, 110, 1, &p)), dev));
+    nb_tensor *other = NBT_CHECK(nb_to(NBT_CHECK(nb_reshape(NBT_CHECK(nb_arange(-6, 0, 1, &p)), s32, 2)), dev));
+    p.dtype = NB_INT64;
+    nb_tensor *w = NBT_CHECK(nb_to(NBT_CHECK(nb_arange(0, 5, 1, &p)), dev));
+    struct { const char *name; nb_tensor *t; } e[] = {
+        {"embed.weight", b},                                  /* record 0: all of b's 24 floats */
+        {"head.weight", NBT_CHECK(nb_t(b))},                  /* b's transpose */
+        {"lonely", NBT_CHECK(nb_select(other, 0, 1))},        /* record 1: its 2 floats alone */
+        {"cols", NBT_CHECK(nb_slice(b, 1, 1, 5, 2))},         /* b's columns 1 and 3: offset 1 */
+        {"mid_a", NBT_CHECK(nb_slice(x, 0, 2, 5, 1))},        /* record 2: x[2:7], the 5 floats */
+        {"mid_b", NBT_CHECK(nb_slice(x, 0, 4, 7, 1))},        /* the two reach; offset 2 in it */
+        {"no_rows", NBT_CHECK(nb_narrow(b, 0, 0, 0))},        /* record 3: empty, alone */
+        {"tied_a", w}, {"tied_b", w},                         /* record 4: one int64 tensor twice */
+    };
+    nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
+    keys[0] = '\0';
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
+        NBT_OK(nb_tensor_map_set(m, e[i].name, e[i].t));
+        if (i) strncat(keys, ",", cap - strlen(keys) - 1);
+        strncat(keys, e[i].name, cap - strlen(keys) - 1);
+    }
+    return m;
+}
+
+static void test_shared_storages(void **state)
+{
+    static const uint64_t want[5] = {24 * 4, 2 * 4, 5 * 4, 0, 5 * 8};
+    static const char groups[] = "embed.weight=head.weight=cols;lonely;mid_a=mid_b;no_rows;tied_a=tied_b";
+    for (int gpu = 0; gpu < 2; gpu++) {
+        if (gpu && !nb_cuda_is_available()) break; /* the CPU case alone, without a GPU */
+        nb_scope *s = nb_scope_begin();
+        char keys[1024], path[4096], ref[4096], args[16384];
+        nb_tensor_map *m = tied_map(gpu ? NBT_CUDA0 : nb_cpu(), keys, sizeof keys), *back = NULL;
+        path_in(path, sizeof path, "tied.pt");
+        path_in(ref, sizeof ref, "tied.safetensors");
+        NBT_OK(nb_torch_save(m, path));
+        NBT_OK(nb_safetensors_save(m, ref));
+        uint64_t sizes[16];
+        assert_int_equal(data_entries(path, sizes), 5);
+        for (int k = 0; k < 5; k++)
+            if (sizes[k] != want[k])
+                fail_msg("data/%d holds %llu bytes, expected %llu", k, (unsigned long long)sizes[k],
+                         (unsigned long long)want[k]);
+        NBT_OK(nb_torch_load(path, nb_cpu(), &back));
+        check_maps(back, m);
+        nb_tensor_map_free(back);
+        snprintf(args, sizeof args, "shared '%s' '%s' '%s' '%s'", path, ref, keys, groups);
+        interop(args);
+        nb_tensor_map_free(m);
+        nb_scope_end(s);
+    }
 }
 
 /* ---- (3) nabla -> nabla: metadata, and an empty map --------------------------------------- */
@@ -677,11 +757,12 @@ int main(void)
     /* in order: the first two write the files the others read */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pytorch_writes),        cmocka_unit_test(test_nabla_writes),
-        cmocka_unit_test(test_roundtrip),             cmocka_unit_test(test_truncated_and_flipped),
-        cmocka_unit_test(test_refused_torch_files),   cmocka_unit_test(test_crafted_tensors),
-        cmocka_unit_test(test_crafted_pickles),       cmocka_unit_test(test_crafted_zips),
-        cmocka_unit_test(test_atomic_save),           cmocka_unit_test(test_module_to_torch),
-        cmocka_unit_test(test_module_from_torch),     cmocka_unit_test(test_load_to_device),
+        cmocka_unit_test(test_shared_storages),       cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_truncated_and_flipped), cmocka_unit_test(test_refused_torch_files),
+        cmocka_unit_test(test_crafted_tensors),       cmocka_unit_test(test_crafted_pickles),
+        cmocka_unit_test(test_crafted_zips),          cmocka_unit_test(test_atomic_save),
+        cmocka_unit_test(test_module_to_torch),       cmocka_unit_test(test_module_from_torch),
+        cmocka_unit_test(test_load_to_device),
     };
     int rc = NBT_RUN(tests);
     if (!getenv("NB_KEEP_FILES")) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

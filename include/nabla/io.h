@@ -40,12 +40,16 @@ NB_API nb_status nb_safetensors_load(const char *path, nb_device device, nb_tens
 /* ---- PyTorch's format (torch.save since PyTorch 1.6: a zip archive holding a pickle) ----------
  *
  * nb_torch_save writes the map as torch.save(state_dict) does: a collections.OrderedDict of the
- * tensors in the map's order (each copied to the host, made contiguous, with a storage of its
- * own), followed by the map's metadata as string values (a map without metadata is exactly a
- * state_dict: model.load_state_dict(torch.load(path, weights_only=True)) takes it). Every dtype
- * nabla has is written. Storages are aligned at 64 bytes in the archive (torch.load(mmap=True)
- * maps them), and entries or offsets past 4 GiB take zip64's forms. Atomic as
- * nb_safetensors_save; a metadata key equal to a tensor's name is NB_ERR_INVALID_ARG.
+ * tensors in the map's order, followed by the map's metadata as string values (a map without
+ * metadata is exactly a state_dict: model.load_state_dict(torch.load(path, weights_only=True))
+ * takes it). Tensors are copied to the host. Names whose tensors share storage (tied weights: the
+ * same tensor twice, or views of one, such as a weight and its transpose) are written as torch
+ * writes them: one storage that each views with its own offset and strides, so torch.load gives
+ * tensors sharing memory; the storage written is the part of it those tensors reach. Any other
+ * tensor is written contiguous, with a storage of its own. Every dtype nabla has is written.
+ * Storages are aligned at 64 bytes in the archive (torch.load(mmap=True) maps them), and entries
+ * or offsets past 4 GiB take zip64's forms. Atomic as nb_safetensors_save; a metadata key equal
+ * to a tensor's name is NB_ERR_INVALID_ARG.
  *
  * nb_torch_load reads a file torch.save wrote (torch 1.6 to 2.x) whose object is a dict of
  * tensors; the map lists them in the file's order, on device. Nested containers are flattened:

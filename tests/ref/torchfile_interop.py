@@ -5,6 +5,9 @@ of the files nabla writes, read with torch.load(weights_only=True).
   torchfile_interop.py check FILE REF KEYS   FILE (nabla's torch format) holds exactly the
                                          tensors of REF (nabla's safetensors), keys in the order of
                                          the comma-separated KEYS
+  torchfile_interop.py shared FILE REF KEYS GROUPS   as check, and the tensors named in each
+                                         ';'-separated group of GROUPS ('='-separated names)
+                                         share one storage, distinct from every other group's
   torchfile_interop.py module DIR        nabla's cnn state dict DIR/nb_module.pt loads into
                                          cases_models.cnn and gives DIR/nb_module_io's output
 
@@ -198,6 +201,38 @@ def check(path, ref, keys):
     return errors
 
 
+def storage_ptr(t):
+    """Where t's storage starts (untyped_storage() since torch 2.0, storage() before)."""
+    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+
+
+def shared(path, ref, keys, groups):
+    """check's errors, and those of tensors that should share memory and do not (or the reverse)."""
+    errors = check(path, ref, keys)
+    groups = [g.split("=") for g in groups.split(";")]
+    loads = [("", {})]
+    if "mmap" in inspect.signature(torch.load).parameters:
+        loads.append((" (mmap=True)", {"mmap": True}))
+    for how, kw in loads:
+        got = torch.load(path, weights_only=True, **kw)
+        ptrs = [{storage_ptr(got[k]) for k in g} for g in groups]
+        for g, p in zip(groups, ptrs):
+            if len(p) != 1:
+                errors.append(f"{how}: {'/'.join(g)} are on {len(p)} storages, expected one")
+        for i in range(len(groups)):
+            for j in range(i):
+                if ptrs[i] & ptrs[j] and got[groups[i][0]].numel() and got[groups[j][0]].numel():
+                    errors.append(f"{how}: {groups[j][0]} and {groups[i][0]} share a storage")
+        # and it is memory they share: adding to the first changes the others
+        for g in groups:
+            before = {k: got[k].clone() for k in g[1:]}
+            got[g[0]].add_(1)
+            for k in g[1:]:
+                if torch.equal(got[k], before[k]):
+                    errors.append(f"{how}: adding to {g[0]} left {k} as it was")
+    return errors
+
+
 def module(d):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import cases_models
@@ -224,6 +259,8 @@ def main():
         errors = []
     elif mode == "check":
         errors = check(sys.argv[2], sys.argv[3], sys.argv[4].split(",") if sys.argv[4] else [])
+    elif mode == "shared":
+        errors = shared(sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5])
     else:
         errors = module(sys.argv[2])
     print("\n".join(errors) if errors else f"torchfile_interop {mode}: ok (torch {torch.__version__})")
