@@ -7,7 +7,9 @@
  * Properties checked, besides memory safety (built with ASan and UBSan):
  *  - a failed call sets a status and a message that begins with "torch_load";
  *  - a loaded map saves with nb_torch_save and loads again to the same names, dtypes, shapes,
- *    bytes and metadata;
+ *    bytes and metadata; and so does the map with every tensor also under a second name, as a
+ *    view of it (its first and last dims swapped), which the writer puts in the tensor's storage
+ *    record;
  *  - after any load a forward and backward of the model run (a failed or partial state dict
  *    leaves shapes alone).
  *
@@ -103,6 +105,49 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* map, each tensor x also as "<name>.tied" = x with its first and last dims swapped (x itself
+ * below 2 dims), saves as one storage per tensor and loads back the same values. */
+static void check_tied(const nb_tensor_map *map)
+{
+    nb_tensor_map *tied = nb_tensor_map_create(), *again = NULL;
+    FUZZ_ASSERT(tied);
+    char name[4096];
+    int n = nb_tensor_map_size(map), extra = 0, records = n; /* an empty view gets a record of its own */
+    for (int i = 0; i < n; i++) {
+        const char *k = nb_tensor_map_name(map, i);
+        nb_tensor *x = nb_tensor_map_get(map, k);
+        FUZZ_ASSERT(x && nb_tensor_map_set(tied, k, x) == NB_OK);
+        snprintf(name, sizeof name, "%s.tied", k);
+        if (strlen(k) + 5 >= sizeof name || nb_tensor_map_contains(map, name)) continue;
+        int nd = nb_tensor_ndim(x);
+        nb_tensor *v = nd >= 2 ? nb_transpose(x, 0, nd - 1) : x;
+        FUZZ_ASSERT(v && nb_tensor_map_set(tied, name, v) == NB_OK);
+        extra++;
+        records += nb_tensor_numel(x) == 0;
+    }
+    if (nb_torch_save(tied, out_path) == NB_OK) {
+        FUZZ_ASSERT(nb_torch_load(out_path, nb_cpu(), &again) == NB_OK);
+        FUZZ_ASSERT(nb_tensor_map_size(again) == n + extra);
+        nb_zip z;
+        FUZZ_ASSERT(nb__zip_open(&z, out_path) == NB_OK);
+        int found = 0;
+        for (size_t i = 0; i < z.n; i++) found += strncmp(z.entries[i].name, "archive/data/", 13) == 0;
+        nb__zip_close(&z);
+        FUZZ_ASSERT(found == records);
+        for (int i = 0; i < nb_tensor_map_size(tied); i++) {
+            const char *k = nb_tensor_map_name(tied, i);
+            nb_tensor *want = nb_contiguous(nb_tensor_map_get(tied, k)), *got = nb_tensor_map_get(again, k);
+            FUZZ_ASSERT(want && got && nb_tensor_ndim(got) == nb_tensor_ndim(want));
+            size_t nbytes = (size_t)nb_tensor_numel(want) * nb_dtype_size(nb_tensor_dtype(want));
+            FUZZ_ASSERT((size_t)nb_tensor_numel(got) * nb_dtype_size(nb_tensor_dtype(got)) == nbytes);
+            FUZZ_ASSERT(nbytes == 0 || memcmp(nb_tensor_data_ptr(want), nb_tensor_data_ptr(got), nbytes) == 0);
+        }
+        nb_tensor_map_free(again);
+        unlink(out_path);
+    }
+    nb_tensor_map_free(tied);
+}
+
 static void run_one(const uint8_t *data, size_t size)
 {
     fuzz_write(in_path, data, size);
@@ -121,6 +166,7 @@ static void run_one(const uint8_t *data, size_t size)
         fuzz_check_same_maps(map, again, true);
         nb_tensor_map_free(again);
         unlink(out_path);
+        check_tied(map);
     } else {
         fuzz_check_error(st, "torch_save");
         FUZZ_ASSERT(st == NB_ERR_INVALID_ARG);
