@@ -1,12 +1,14 @@
 /* nabla_gemm_ways: one float32 product C[M, N] = op(A) op(B) (row-major, beta 0) timed on each
- * way the gemm tuner chooses among (src/cpu/ops/gemm.c) and on one it does not use, best of R
+ * way the gemm tuner chooses among (src/cpu/ops/gemm.c) and on two it does not time, best of R
  * runs after one warm-up, in ms and GFLOP/s:
  *   openblas    cblas_sgemm as it is;
  *   onednn      dnnl_sgemm as it is;
  *   transposed  cblas_sgemm on C^T = op(B)^T op(A)^T, into scratch transposed back (the
  *               tuner's third way; the transposes are inside the time);
+ *   t-onednn    dnnl_sgemm on C^T the same way: for NT products of few rows, the route gemm.c
+ *               takes by rule where oneDNN's matmul has no AVX-512 kernels (small_m_nt);
  *   matmul      oneDNN's matmul primitive (its brgemm kernels on AVX-512; made before the
- *               timing), which nabla does not use for products yet;
+ *               timing), the tuner's fourth way there;
  *   halves      with 2 threads or more: M split in two halves, each a 1-thread cblas_sgemm on
  *               its own thread, at once. It tells whether two cores give more on a product
  *               than OpenBLAS's own split does (docs/BENCHMARKS.md, session 16: they do not).
@@ -97,11 +99,16 @@ static void free_matmul(prob *p)
 
 static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
 
-/* way 0 openblas, 1 onednn, 2 transposed, 3 matmul, 4 halves */
+/* way 0 openblas, 1 onednn, 2 transposed, 3 t-onednn, 4 matmul, 5 halves */
 static void run(const prob *p, int way)
 {
     switch (way) {
-    case 3: {
+    case 3:
+        dnnl_sgemm(p->tb == CblasTrans ? 'N' : 'T', p->ta == CblasTrans ? 'N' : 'T', p->n, p->m, p->k, 1.0f, p->b,
+                   p->ldb, p->a, p->lda, 0.0f, p->ct, p->m);
+        transpose(p->ct, p->m, p->c, p->n, p->n, p->m);
+        break;
+    case 4: {
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->mem[0]}, {DNNL_ARG_WEIGHTS, p->mem[1]}, {DNNL_ARG_DST, p->mem[2]}};
         if (p->mm) dnnl_primitive_execute(p->mm, p->stream, 3, args), dnnl_stream_wait(p->stream);
         break;
@@ -152,7 +159,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("# %d thread%s, best of %d, ms (GFLOP/s)\n# shape              openblas          onednn"
-           "           transposed        matmul%s\n",
+           "           transposed        t-onednn          matmul%s\n",
            threads, threads == 1 ? "" : "s", reps, threads >= 2 ? "        halves" : "");
     for (; i + 3 < argc; i += 4) {
         const char *tt = argv[i];
@@ -177,8 +184,8 @@ int main(int argc, char **argv)
         }
         if (!make_matmul(&p, eng)) fprintf(stderr, "nabla_gemm_ways: no oneDNN matmul for %s %d %d %d\n", tt, m, n, k);
         printf("%s %5d %5d %5d", tt, m, n, k);
-        for (int way = 0; way < (threads >= 2 ? 5 : 4); way++) {
-            if (way == 3 && !p.mm) {
+        for (int way = 0; way < (threads >= 2 ? 6 : 5); way++) {
+            if (way == 4 && !p.mm) {
                 printf("  %17s", "-");
                 continue;
             }

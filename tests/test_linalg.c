@@ -11,6 +11,7 @@
 
 #include "nbtest.h"
 #include "cpu/blas_impl.h"
+#include "cpu/dnnl_impl.h"
 
 enum { OP_MATMUL, OP_MM, OP_BMM, OP_ADDMM, OP_LINEAR };
 
@@ -254,18 +255,19 @@ static void test_blas_vs_reference(void **state)
     }
 }
 
-/* Products big enough for the library to be chosen by timing (gemm.c; on by default on CPUs
- * without AVX-512, and in the ctest run test_linalg_tuned with NABLA_GEMM_TUNE=1): every call
- * of a shape, the untimed first, the six timed ones on OpenBLAS, oneDNN and OpenBLAS on the
- * transposed product (K = 256 offers it), and the ones after the choice, matches the reference,
- * at 1 and 2 threads, with and without beta on each way. */
+/* Products big enough for the library to be chosen by timing (gemm.c; on by default, off with
+ * NABLA_GEMM_TUNE=0): every call
+ * of a shape, the untimed first, the timed ones on OpenBLAS, oneDNN's sgemm, OpenBLAS on the
+ * transposed product (K = 256 offers it) and, where it has its AVX-512 kernels, oneDNN's matmul
+ * primitive, and the ones after the choice, matches the reference, at 1 and 2 threads, with and
+ * without beta on each way. */
 static void test_gemm_tuned(void **state)
 {
     int before = nb_cpu_gemm_tuned_shapes(), prev = nb_get_num_threads();
     static const int lays[3][3] = {{L_ROW, L_ROW, L_ROW}, {L_COL, L_ROW, L_ROW}, {L_ROW, L_COL, L_ROW}};
     for (int t = 1; t <= 2; t++) {
         NBT_OK(nb_set_num_threads(t));
-        for (int call = 0; call < 9; call++) {
+        for (int call = 0; call < 11; call++) {
             for (int l = 0; l < 3; l++) /* NN, TN, NT: 2 M N K = 2^25; beta on calls 1 3 5 7 */
                 compare_paths(1, 256, 256, 256, lays[l], 1, call % 2 == 1 ? 0.5 : 0, NB_FLOAT32);
             /* M != N: the transposed way's scratch is [N, M] */
@@ -281,7 +283,7 @@ static void test_gemm_tuned(void **state)
     assert_true(a && b && c && c0);
     for (int i = 0; i < D * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
     for (int tr = 0; tr < 2; tr++)
-        for (int call = 0; call < 9; call++) {
+        for (int call = 0; call < 11; call++) {
             char ta = tr ? 'N' : 'T', tb = tr ? 'T' : 'N';
             float beta = call % 2 == 1 ? 0.5f : 0.0f;
             memcpy(c0, c, sizeof(float) * D * LD);
@@ -297,8 +299,61 @@ static void test_gemm_tuned(void **state)
                 }
         }
     free(a), free(b), free(c), free(c0);
+    /* the tuner is on unless NABLA_GEMM_TUNE is "0" */
     const char *e = getenv("NABLA_GEMM_TUNE");
-    if (e && strcmp(e, "1") == 0) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 10);
+    if (!(e && *e && strcmp(e, "0") == 0)) assert_int_equal(nb_cpu_gemm_tuned_shapes() - before, 10);
+}
+
+/* NT products of few rows, which float32 sends to oneDNN's matmul primitive by rule where it
+ * has its AVX-512 kernels (gemm.c, few_rows_matmul): with leading dimensions above the widths,
+ * alpha and beta, at 1 and 2 threads (a primitive per thread count), against the reference; and
+ * that the primitive ran, where it is offered. */
+static void test_few_rows_matmul(void **state)
+{
+    unsigned long long before = nb__dnnl_matmul_runs();
+    int prev = nb_get_num_threads();
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        compare_paths(1, 64, 1024, 1024, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, NB_FLOAT32);
+        compare_paths(1, 16, 1030, 2050, (int[]){L_WIDE, L_COL, L_WIDE}, -0.5, 2, NB_FLOAT32);
+        compare_paths(1, 40, 1000, 1024, (int[]){L_ROW, L_COL, L_ROW}, 1.5, 0.5, NB_FLOAT32);
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    if (nb__dnnl_matmul_available()) assert_true(nb__dnnl_matmul_runs() - before >= 6);
+}
+
+/* nb__dnnl_matmul itself against a double loop: more shapes than its cache holds, each called
+ * twice (made, then found), every transpose pair, alpha and beta (C read only when beta is not
+ * 0: a NaN in C survives beta 0 nowhere). */
+static void test_dnnl_matmul_cache(void **state)
+{
+    enum { LD = 40 };
+    float *a = malloc(sizeof(float) * LD * LD), *b = malloc(sizeof(float) * LD * LD), *c = malloc(sizeof(float) * LD * LD),
+          *c0 = malloc(sizeof(float) * LD * LD);
+    assert_true(a && b && c && c0);
+    for (int i = 0; i < LD * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
+    for (int shape = 0; shape < 40; shape++)
+        for (int call = 0; call < 2; call++) {
+            int m = 1 + shape % 7 * 5, n = 1 + shape % 11 * 3, k = 1 + shape % 13 * 3;
+            char ta = shape & 1 ? 'T' : 'N', tb = shape & 2 ? 'T' : 'N';
+            float alpha = shape % 3 == 0 ? 1.0f : -0.75f, beta = shape % 4 == 0 ? 0.0f : 0.5f;
+            for (int i = 0; i < LD * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+            memcpy(c0, c, sizeof(float) * LD * LD);
+            int st = nb__dnnl_matmul(ta, tb, m, n, k, alpha, a, LD, b, LD, beta, c, LD);
+            if (st != 0) fail_msg("nb__dnnl_matmul %c%c %dx%dx%d: oneDNN status %d", ta, tb, m, n, k, st);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double want = beta != 0 ? (double)beta * c0[i * LD + j] : 0, s = 0;
+                    for (int p = 0; p < k; p++)
+                        s += (double)(ta == 'T' ? a[p * LD + i] : a[i * LD + p]) *
+                             (double)(tb == 'T' ? b[j * LD + p] : b[p * LD + j]);
+                    want += alpha * s;
+                    if (!(fabs(c[i * LD + j] - want) <= 1e-5 * (1 + fabs(want))))
+                        fail_msg("nb__dnnl_matmul %c%c %dx%dx%d alpha %g beta %g call %d: C[%d, %d] = %g, want %g", ta,
+                                 tb, m, n, k, (double)alpha, (double)beta, call, i, j, (double)c[i * LD + j], want);
+                }
+        }
+    free(a), free(b), free(c), free(c0);
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
@@ -524,6 +579,8 @@ int main(void)
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_blas_vs_reference),
         cmocka_unit_test(test_gemm_tuned),
+        cmocka_unit_test(test_few_rows_matmul),
+        cmocka_unit_test(test_dnnl_matmul_cache),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),

@@ -19,6 +19,25 @@ static const char *cpu_isa(void)
     return "baseline x86-64";
 }
 
+/* oneDNN's instruction set here: from avx512_core on, its matmul primitive has the brgemm
+ * kernels that nabla's products of few rows use (src/cpu/ops/gemm.c). */
+static const char *dnnl_isa(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "baseline";
+    }
+}
+
 int cmd_info(int argc, char **argv)
 {
     if (argc > 2) return cli_fail(CLI_USAGE, "info: unexpected argument \"%s\"", argv[2]);
@@ -28,8 +47,8 @@ int cmd_info(int argc, char **argv)
     printf("backends:\n");
     printf("  cpu isa:  %s (kernels dispatch on it at run time)\n", cpu_isa());
     printf("  blas:     %s\n", blas ? blas : "OpenBLAS (unknown configuration)");
-    printf("  onednn:   %d.%d.%d%s%s\n", dv->major, dv->minor, dv->patch, dv->hash && strcmp(dv->hash, "N/A") ? " " : "",
-           dv->hash && strcmp(dv->hash, "N/A") ? dv->hash : "");
+    printf("  onednn:   %d.%d.%d%s%s, isa %s\n", dv->major, dv->minor, dv->patch,
+           dv->hash && strcmp(dv->hash, "N/A") ? " " : "", dv->hash && strcmp(dv->hash, "N/A") ? dv->hash : "", dnnl_isa());
     if (nb_cuda_is_built()) {
         int rt = nb_cuda_runtime_version(), drv = nb_cuda_driver_version();
         printf("  cuda:     runtime %d.%d, driver %d.%d%s\n", rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,

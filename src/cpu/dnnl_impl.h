@@ -53,6 +53,19 @@ unsigned long long nb__conv_tuning_steps(void);
 /* Whether this CPU has oneDNN's Winograd kernels (its avx512_core instruction set). */
 bool nb__dnnl_winograd_available(void);
 
+/* Whether oneDNN's matmul primitive has its brgemm kernels here (its avx512_core instruction
+ * set); elsewhere it runs the same sgemm kernels as dnnl_sgemm. */
+bool nb__dnnl_matmul_available(void);
+/* C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (src/cpu/dnnl_matmul.c), every
+ * matrix row-major with its leading dimension, op(X) = X^T where the flag is 'T': the
+ * arguments as dnnl_sgemm's. beta 0 never reads C. Returns oneDNN's status (a dnnl_status_t):
+ * on failure, dnnl_unimplemented where oneDNN has only its reference loops for the shape,
+ * nothing was written. */
+int nb__dnnl_matmul(char ta, char tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+                    int ldb, float beta, float *c, int ldc);
+/* How many nb__dnnl_matmul calls have run in this process (tests: which way a product took). */
+unsigned long long nb__dnnl_matmul_runs(void);
+
 /* Turns a failing oneDNN status into an nb status naming op and the call (NB_OK on success). */
 nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);
 

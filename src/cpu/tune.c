@@ -16,7 +16,7 @@ bool nb_cpu_tune_enabled(nb_tuner *t)
     int on = atomic_load_explicit(&t->on, memory_order_relaxed);
     if (on < 0) { /* two threads may both read the environment: same answer */
         const char *e = getenv(t->env);
-        on = e && *e ? strcmp(e, "0") != 0 : !nb_cpu_avx512();
+        on = e && *e ? strcmp(e, "0") != 0 : t->all_cpus || !nb_cpu_avx512();
         atomic_store_explicit(&t->on, on, memory_order_relaxed);
     }
     return on != 0;

@@ -453,7 +453,7 @@ static nb_status backward_weights_rules(const nb_conv_geom *g, const nb_kargs *a
  * (src/cpu/ops/stem.c, which the rules take on AVX-512 CPUs only). With all
  * three, the schedule is the rules, then the windows and Winograd untimed, then rules, windows,
  * Winograd, Winograd, windows, rules timed; with two, the steps of the third are skipped. */
-static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", 9, 0, -2, -3, 1, 2, 3, 3, 2, 1);
+static nb_tuner g_route_tuner = NB_TUNER_INIT("NABLA_CONV_TUNE", false, 9, 0, -2, -3, 1, 2, 3, 3, 2, 1);
 static atomic_int g_route;           /* an nb_conv_route */
 static atomic_ullong g_windows_runs; /* executions of the windows routes */
 

@@ -6,9 +6,10 @@
  *        overlap the inputs. Integer dtypes need integral s0 and s1 and wrap around as C's
  *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
  * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
- * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN as their transpose, see
- * small_m_nt; on CPUs without AVX-512 a large float32 product is timed on OpenBLAS, on oneDNN
- * and on OpenBLAS as its transpose, and the fastest kept, see tune_pick):
+ * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
+ * its AVX-512 kernels, see few_rows_matmul, elsewhere to oneDNN's sgemm as their transpose, see
+ * small_m_nt; a large float32 product is timed on OpenBLAS, on oneDNN's sgemm, on OpenBLAS as
+ * its transpose and on the matmul primitive, and the fastest kept, see tune_pick):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -124,7 +125,8 @@ static bool use_dnnl(const gemm_job *j, bool in_batch_loop)
 static bool small_m_nt(const gemm_job *j, bool in_batch_loop)
 {
     return j->dt == NB_FLOAT32 && !in_batch_loop && j->ta == CblasNoTrans && j->tb == CblasTrans &&
-           j->m >= 16 && j->m <= 64 && j->n >= 1000 && j->k >= 1024 && nb__dnnl_enabled();
+           j->m >= 16 && j->m <= 64 && j->n >= 1000 && j->k >= 1024 && nb__dnnl_enabled() &&
+           !nb__dnnl_matmul_available();
 }
 
 /* C = alpha A B^T + beta C as C^T = alpha B A^T + beta C^T into scratch, transposed back. When K
@@ -155,10 +157,11 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
     return ok;
 }
 
-/* ---- choosing the library by timing, on CPUs without AVX-512 ------------------------------- */
+/* ---- choosing the library by timing ------------------------------------------------------- */
 
-/* use_dnnl's rules were measured with AVX-512 kernels. Without AVX-512 both libraries run their
- * AVX2 kernels, and which is faster turns on the shape and the thread count in no simple way:
+/* use_dnnl's rules were measured with AVX-512 kernels on Zen 4. Without AVX-512 both libraries
+ * run their AVX2 kernels, and which is faster turns on the shape and the thread count in no
+ * simple way:
  * on Zen 3, 1 thread / 2 threads, ms, OpenBLAS against oneDNN: TN 1024x256x4480 (an LSTM's
  * weight gradient) 33 / 15 against 69 / 31; NN 1024x2048x4096 203 / 143 against 221 / 124;
  * TN 26752x2048x64 132 / 87 against 94 / 50; NN 4480x256x1024 44 / 16 against 31 / 16.
@@ -170,28 +173,67 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * slower, and the order that wins moves between runs. It is offered where the transposes are
  * cheap beside the product: K of at least TRANSPOSED_MIN_K and C of at most TRANSPOSED_MAX_C
  * elements.
- * So there each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way:
- * its first call follows the rules (it warms the caches and the pages of C), the next ones run
- * OpenBLAS, oneDNN, transposed, transposed, oneDNN, OpenBLAS, timed (the transposed ones only
- * where that way is offered), and the way with the shortest best time runs every later call in
- * the process. No product is run twice. NT products of 16-64 rows keep their
- * transposed route (small_m_nt), which neither library's own call matches. NABLA_GEMM_TUNE=0 turns this off (the
- * rules everywhere), =1 on for every CPU; by default it is on where nb_cpu_avx512() is false
- * (the table and the timing are src/cpu/tune.c's). */
+ * With AVX-512 the rules do not carry from one CPU to another either: on an Intel Xeon (2
+ * threads, ms, OpenBLAS against oneDNN's sgemm) TN 2048x26752x64 runs 35 against 56, where
+ * Zen 4 gave oneDNN the lead. A fourth way there is oneDNN's matmul primitive (brgemm kernels,
+ * src/cpu/dnnl_matmul.c), the fastest on NT products of few rows (few_rows_matmul) and on some
+ * NN ones (the Xeon: 64x2048x26752 at 2 threads, in a network, 33.9 against 36.8).
+ * So each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way, on
+ * every CPU: its first call follows the rules (it warms the caches and the pages of C), the next
+ * ones run OpenBLAS, oneDNN, transposed, matmul, matmul, transposed, oneDNN, OpenBLAS, timed
+ * (the transposed ones only where that way is offered, the matmul ones only with AVX-512), and
+ * the way with the shortest best time runs every later call in the process. No product is run
+ * twice. Without the matmul way, NT products of 16-64 rows keep their transposed route
+ * (small_m_nt), which neither library's own call matches. On the Xeon this took FCN-S's
+ * training step (`nabla bench --model fcn-s`) from 0.245 to 0.215 s at 2 threads and from 0.470
+ * to 0.410 s at 1, the rules alone (few_rows_matmul's) to 0.222 and 0.430. NABLA_GEMM_TUNE=0
+ * turns it off (the rules everywhere); it is on by default (the table and the timing are
+ * src/cpu/tune.c's). */
 #define TUNE_MIN_FLOPS (1 << 25) /* 2 M N K: about 0.4 ms at 1 thread; smaller ones keep the rules */
 #define TRANSPOSED_MIN_K 128
 #define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
-/* ways: 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS on the transposed product */
-static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", 7, 0, 1, 2, 3, 3, 2, 1);
+/* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = OpenBLAS on the transposed product, 4 = oneDNN's
+ * matmul primitive */
+static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 9, 0, 1, 2, 3, 4, 4, 3, 2, 1);
 
 static bool transposed_offered(const gemm_job *j)
 {
     return j->k >= TRANSPOSED_MIN_K && (int64_t)j->m * j->n <= TRANSPOSED_MAX_C;
 }
 
+/* The matmul primitive is a way of its own only where it has its brgemm kernels (AVX-512);
+ * elsewhere it runs dnnl_sgemm's. */
+static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
+
+/* Whether a float32 NT product of few rows (a linear layer's forward on a small batch: 16-64
+ * rows, N of at least 1000 and K of at least 1024, small_m_nt's shapes) goes to oneDNN's matmul
+ * primitive by rule, where it has its brgemm kernels. There it is the fastest way on every such
+ * shape measured: an Intel Xeon (AVX-512, oneDNN 2.6, OpenBLAS 0.3.21, best of 5, ms, 1 thread /
+ * 2 threads; bench/gemm_ways.c), matmul against small_m_nt's route and the best sgemm call:
+ * FCN-S's 64x2048x26752 51.3 / 24.9 against 75.8 / 35.9 and 61.2 / 29.2, 64x26752x2048 51.1 /
+ * 25.9 against 75.9 / 34.6 and 63.3 / 33.5, 64x2048x2048 3.3 / 1.8 against 3.8 / 1.9 and 3.6 /
+ * 2.2; AlexNet-S's 16x4096x9216 16.9 / 8.0 against 19.0 / 9.0 and 24.3 / 13.2, 16x4096x4096 6.3
+ * / 3.0 against 7.0 / 2.9 and 8.9 / 5.4. On the NN products of few rows (the input gradients)
+ * it wins some and loses some (64x26752x2048 50 against dnnl_sgemm's 22 at 2 threads), so those
+ * keep the rules, and the tuner tries it. */
+static bool few_rows_matmul(const gemm_job *j, bool in_batch_loop)
+{
+    bool shape = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m >= 16 && j->m <= 64 && j->n >= 1000 &&
+                 j->k >= 1024;
+    return j->dt == NB_FLOAT32 && shape && !in_batch_loop && nb__dnnl_enabled() && matmul_offered();
+}
+
+/* The way the rules give a float32 product: 4 (the matmul primitive) for few_rows_matmul's
+ * shapes, else 2 (oneDNN's sgemm) where dnnl says so, else 1 (OpenBLAS). */
+static int rule_way(const gemm_job *j, bool in_batch_loop, bool dnnl)
+{
+    return few_rows_matmul(j, in_batch_loop) ? 4 : dnnl ? 2 : 1;
+}
+
 /* The way for this call of a product: 0 = the rules (not a product to tune, or its first
- * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed; *timed as nb_cpu_tune_pick's. */
+ * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed, 4 = oneDNN's matmul; *timed as
+ * nb_cpu_tune_pick's. */
 static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_KEY], int *timed)
 {
     *timed = -1;
@@ -199,7 +241,8 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
         return 0;
     int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
     memcpy(key, k, sizeof k);
-    return nb_cpu_tune_pick(&g_tuner, key, transposed_offered(j) ? 7u : 3u, timed);
+    unsigned ways = 3u | (transposed_offered(j) ? 4u : 0u) | (matmul_offered() ? 8u : 0u);
+    return nb_cpu_tune_pick(&g_tuner, key, ways, timed);
 }
 
 int nb_cpu_gemm_tuned_shapes(void) { return nb_cpu_tune_settled(&g_tuner); }
@@ -224,20 +267,24 @@ static bool sgemm_transposed(const gemm_job *j, const float *a, const float *b, 
     return true;
 }
 
-/* A float32 product on the way tune_pick gives for it, or, where it gives none, oneDNN when
- * by_rule says so and OpenBLAS otherwise; the timed calls' seconds are recorded. Returns the
- * dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
-static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, bool by_rule)
+/* A float32 product on the way tune_pick gives for it, or, where it gives none, on way rule (1
+ * OpenBLAS, 2 oneDNN's sgemm, 4 oneDNN's matmul); the timed calls' seconds are recorded. Returns
+ * the dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
+static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, int rule)
 {
     int64_t key[NB_TUNE_KEY];
     int timed, pick = tune_pick(j, in_batch_loop, key, &timed);
+    if (pick == 0) pick = rule;
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     int st = dnnl_success;
     if (pick == 3 && !sgemm_transposed(j, a, b, c)) {
         pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
         timed = -1;
     }
-    if (pick == 2 || (pick == 0 && by_rule))
+    if (pick == 4)
+        st = nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
+                             (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
+    else if (pick == 2)
         st = dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
                         (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
     else if (pick != 3)
@@ -258,7 +305,7 @@ int nb_cpu_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
                   .tb = tb == 'T' ? CblasTrans : CblasNoTrans,
                   .m = (int)m, .n = (int)n, .k = (int)k, .lda = (int)lda, .ldb = (int)ldb, .ldc = (int)ldc,
                   .alpha = alpha, .beta = beta};
-    return sgemm_run(&j, a, b, c, false, true);
+    return sgemm_run(&j, a, b, c, false, rule_way(&j, false, true));
 }
 
 static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
@@ -266,13 +313,13 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     size_t es = nb_dtype_size(j->dt);
     const char *a = j->a.p + i * j->a.sb * (int64_t)es, *b = j->b.p + i * j->b.sb * (int64_t)es;
     char *c = j->c.p + i * j->c.sb * (int64_t)es;
-    /* the transposed route for NT products of few rows is not one of the two timed */
+    /* the transposed route for NT products of few rows is not one of the ways timed */
     if (small_m_nt(j, in_batch_loop) && gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c))
         return;
     if (j->dt == NB_FLOAT32) {
         /* a failed oneDNN call (nothing written) falls back to OpenBLAS */
-        if (sgemm_run(j, (const float *)a, (const float *)b, (float *)c, in_batch_loop, use_dnnl(j, in_batch_loop)) !=
-            dnnl_success)
+        if (sgemm_run(j, (const float *)a, (const float *)b, (float *)c, in_batch_loop,
+                      rule_way(j, in_batch_loop, use_dnnl(j, in_batch_loop))) != dnnl_success)
             cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
                         (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc);
         return;
