@@ -320,6 +320,28 @@ static void test_few_rows_matmul(void **state)
     }
     NBT_OK(nb_set_num_threads(prev));
     if (nb__dnnl_matmul_available()) assert_true(nb__dnnl_matmul_runs() - before >= 6);
+    /* where the primitive cannot be had, the product runs elsewhere, right: the kernel's path
+     * and the convolutions' entry, nb_cpu_sgemm (which reports a failure to its caller) */
+    nb__dnnl_matmul_set_refuse(true);
+    before = nb__dnnl_matmul_runs();
+    compare_paths(1, 48, 1024, 1100, (int[]){L_ROW, L_COL, L_ROW}, 1, 0, NB_FLOAT32);
+    compare_paths(1, 32, 1000, 1024, (int[]){L_WIDE, L_COL, L_WIDE}, 0.5, 1, NB_FLOAT32);
+    enum { M = 32, N = 1024, K = 1024 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * N * K), *c = malloc(sizeof(float) * M * N);
+    assert_true(a && b && c);
+    for (int i = 0; i < M * K; i++) a[i] = (float)urand();
+    for (int i = 0; i < N * K; i++) b[i] = (float)urand();
+    assert_int_equal(nb_cpu_sgemm('N', 'T', M, N, K, 1.0f, a, K, b, K, 0.0f, c, N), 0);
+    for (int i = 0; i < M; i += 7)
+        for (int j = 0; j < N; j += 61) {
+            double want = 0;
+            for (int p = 0; p < K; p++) want += (double)a[i * K + p] * (double)b[j * K + p];
+            if (fabs(c[i * N + j] - want) > 1e-4 * (1 + fabs(want)))
+                fail_msg("nb_cpu_sgemm NT refused matmul: C[%d, %d] = %g, want %g", i, j, (double)c[i * N + j], want);
+        }
+    free(a), free(b), free(c);
+    nb__dnnl_matmul_set_refuse(false);
+    assert_true(nb__dnnl_matmul_runs() == before);
 }
 
 /* nb__dnnl_matmul itself against a double loop: more shapes than its cache holds, each called

@@ -65,6 +65,9 @@ int nb__dnnl_matmul(char ta, char tb, int m, int n, int k, float alpha, const fl
                     int ldb, float beta, float *c, int ldc);
 /* How many nb__dnnl_matmul calls have run in this process (tests: which way a product took). */
 unsigned long long nb__dnnl_matmul_runs(void);
+/* Tests: on, every nb__dnnl_matmul call fails with dnnl_unimplemented, as one for a shape oneDNN
+ * has only its reference loops for does, so that the callers' fallback can be checked. */
+void nb__dnnl_matmul_set_refuse(bool on);
 
 /* Turns a failing oneDNN status into an nb status naming op and the call (NB_OK on success). */
 nb_status nb__dnnl_check(const char *op, const char *call, int dnnl_status);

@@ -268,8 +268,9 @@ static bool sgemm_transposed(const gemm_job *j, const float *a, const float *b, 
 }
 
 /* A float32 product on the way tune_pick gives for it, or, where it gives none, on way rule (1
- * OpenBLAS, 2 oneDNN's sgemm, 4 oneDNN's matmul); the timed calls' seconds are recorded. Returns
- * the dnnl_status_t of oneDNN's call (dnnl_success when OpenBLAS ran): on failure nothing ran. */
+ * OpenBLAS, 2 oneDNN's sgemm, 4 oneDNN's matmul; a matmul that fails runs on OpenBLAS); the
+ * timed calls' seconds are recorded. Returns the dnnl_status_t of oneDNN's sgemm (dnnl_success
+ * when another way ran): on failure nothing ran. */
 static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, int rule)
 {
     int64_t key[NB_TUNE_KEY];
@@ -281,13 +282,16 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
         pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
         timed = -1;
     }
-    if (pick == 4)
-        st = nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
-                             (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
-    else if (pick == 2)
+    if (pick == 4 && nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n,
+                                     j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c,
+                                     j->ldc) != dnnl_success) {
+        pick = 1; /* no primitive for the shape (nothing written): OpenBLAS, and the time is not the way's */
+        timed = -1;
+    }
+    if (pick == 2)
         st = dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
                         (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
-    else if (pick != 3)
+    else if (pick == 1)
         cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb,
                     (float)j->beta, c, j->ldc);
     if (timed >= 0 && st == dnnl_success) nb_cpu_tune_record(&g_tuner, key, timed, nb_cpu_seconds() - t0);
