@@ -145,6 +145,23 @@ static nb_tensor *from(const void *data, nb_dtype dt, const int64_t *shape, int 
     return NBT_CHECK(nb_tensor_from_data(data, shape, ndim, &p));
 }
 
+typedef struct named {
+    const char *name;
+    nb_tensor *t;
+} named;
+
+/* m with e's n tensors set under their names, listed in *keys (comma-separated). */
+static nb_tensor_map *named_map(nb_tensor_map *m, const named *e, size_t n, char *keys, size_t cap)
+{
+    keys[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        NBT_OK(nb_tensor_map_set(m, e[i].name, e[i].t));
+        if (i) strncat(keys, ",", cap - strlen(keys) - 1);
+        strncat(keys, e[i].name, cap - strlen(keys) - 1);
+    }
+    return m;
+}
+
 /* Every dtype, a 0-d and an empty tensor, non-contiguous views; keys listed in *keys. */
 static nb_tensor_map *nabla_map(char *keys, size_t cap)
 {
@@ -157,20 +174,14 @@ static nb_tensor_map *nabla_map(char *keys, size_t cap)
     int64_t s23[2] = {2, 3}, s3[1] = {3}, s22[2] = {2, 2}, s4[1] = {4}, s2[1] = {2}, s03[2] = {0, 3};
     nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
     nb_tensor *f = from(f32, NB_FLOAT32, s23, 2);
-    struct { const char *name; nb_tensor *t; } e[] = {
+    named e[] = {
         {"layer.weight", f}, {"f64", from(f64, NB_FLOAT64, s3, 1)}, {"i64", from(i64, NB_INT64, s22, 2)},
         {"i32", from(i32, NB_INT32, s3, 1)}, {"u8", from(u8, NB_UINT8, s4, 1)}, {"bool", from(b, NB_BOOL, s3, 1)},
         {"f16", from(f16, NB_FLOAT16, s4, 1)}, {"bf16", from(bf16, NB_BFLOAT16, s2, 1)},
         {"scalar", from(f32 + 2, NB_FLOAT32, NULL, 0)}, {"empty", from(f32, NB_FLOAT32, s03, 2)},
         {"transposed", NBT_CHECK(nb_t(f))}, {"column", NBT_CHECK(nb_select(f, 1, 2))},
     };
-    keys[0] = '\0';
-    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
-        NBT_OK(nb_tensor_map_set(m, e[i].name, e[i].t));
-        if (i) strncat(keys, ",", cap - strlen(keys) - 1);
-        strncat(keys, e[i].name, cap - strlen(keys) - 1);
-    }
-    return m;
+    return named_map(m, e, sizeof e / sizeof e[0], keys, cap);
 }
 
 static void test_nabla_writes(void **state)
@@ -244,7 +255,7 @@ static nb_tensor_map *tied_map(nb_device dev, char *keys, size_t cap)
     nb_tensor *other = NBT_CHECK(nb_to(NBT_CHECK(nb_reshape(NBT_CHECK(nb_arange(-6, 0, 1, &p)), s32, 2)), dev));
     p.dtype = NB_INT64;
     nb_tensor *w = NBT_CHECK(nb_to(NBT_CHECK(nb_arange(0, 5, 1, &p)), dev));
-    struct { const char *name; nb_tensor *t; } e[] = {
+    named e[] = {
         {"embed.weight", b},                                  /* record 0: all of b's 24 floats */
         {"head.weight", NBT_CHECK(nb_t(b))},                  /* b's transpose */
         {"lonely", NBT_CHECK(nb_select(other, 0, 1))},        /* record 1: its 2 floats alone */
@@ -255,13 +266,7 @@ static nb_tensor_map *tied_map(nb_device dev, char *keys, size_t cap)
         {"tied_a", w}, {"tied_b", w},                         /* record 4: one int64 tensor twice */
     };
     nb_tensor_map *m = NBT_CHECK(nb_tensor_map_create());
-    keys[0] = '\0';
-    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++) {
-        NBT_OK(nb_tensor_map_set(m, e[i].name, e[i].t));
-        if (i) strncat(keys, ",", cap - strlen(keys) - 1);
-        strncat(keys, e[i].name, cap - strlen(keys) - 1);
-    }
-    return m;
+    return named_map(m, e, sizeof e / sizeof e[0], keys, cap);
 }
 
 static void test_shared_storages(void **state)
