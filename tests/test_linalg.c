@@ -11,6 +11,7 @@
 
 #include "nbtest.h"
 #include "cpu/blas_impl.h"
+#include "cpu/cpu_impl.h"
 #include "cpu/dnnl_impl.h"
 
 enum { OP_MATMUL, OP_MM, OP_BMM, OP_ADDMM, OP_LINEAR };
@@ -259,7 +260,8 @@ static void test_blas_vs_reference(void **state)
  * NABLA_GEMM_TUNE=0): every call
  * of a shape, the untimed first, the timed ones on OpenBLAS, oneDNN's sgemm, OpenBLAS on the
  * transposed product (K = 256 offers it) and, where it has its AVX-512 kernels, oneDNN's matmul
- * primitive, and the ones after the choice, matches the reference, at 1 and 2 threads, with and
+ * primitive (nabla's own kernel for few rows is not offered at 256 rows: test_gemm_rows), and the
+ * ones after the choice, matches the reference, at 1 and 2 threads, with and
  * without beta on each way. */
 static void test_gemm_tuned(void **state)
 {
@@ -267,7 +269,7 @@ static void test_gemm_tuned(void **state)
     static const int lays[3][3] = {{L_ROW, L_ROW, L_ROW}, {L_COL, L_ROW, L_ROW}, {L_ROW, L_COL, L_ROW}};
     for (int t = 1; t <= 2; t++) {
         NBT_OK(nb_set_num_threads(t));
-        for (int call = 0; call < 11; call++) {
+        for (int call = 0; call < 13; call++) {
             for (int l = 0; l < 3; l++) /* NN, TN, NT: 2 M N K = 2^25; beta on calls 1 3 5 7 */
                 compare_paths(1, 256, 256, 256, lays[l], 1, call % 2 == 1 ? 0.5 : 0, NB_FLOAT32);
             /* M != N: the transposed way's scratch is [N, M] */
@@ -283,7 +285,7 @@ static void test_gemm_tuned(void **state)
     assert_true(a && b && c && c0);
     for (int i = 0; i < D * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
     for (int tr = 0; tr < 2; tr++)
-        for (int call = 0; call < 11; call++) {
+        for (int call = 0; call < 13; call++) {
             char ta = tr ? 'N' : 'T', tb = tr ? 'T' : 'N';
             float beta = call % 2 == 1 ? 0.5f : 0.0f;
             memcpy(c0, c, sizeof(float) * D * LD);
@@ -350,8 +352,8 @@ static void test_few_rows_matmul(void **state)
 static void test_dnnl_matmul_cache(void **state)
 {
     enum { LD = 40 };
-    float *a = malloc(sizeof(float) * LD * LD), *b = malloc(sizeof(float) * LD * LD), *c = malloc(sizeof(float) * LD * LD),
-          *c0 = malloc(sizeof(float) * LD * LD);
+    float *a = malloc(sizeof(float) * LD * LD), *b = malloc(sizeof(float) * LD * LD);
+    float *c = malloc(sizeof(float) * LD * LD), *c0 = malloc(sizeof(float) * LD * LD);
     assert_true(a && b && c && c0);
     for (int i = 0; i < LD * LD; i++) a[i] = (float)urand(), b[i] = (float)urand();
     for (int shape = 0; shape < 40; shape++)
@@ -375,6 +377,59 @@ static void test_dnnl_matmul_cache(void **state)
                                  tb, m, n, k, (double)alpha, (double)beta, call, i, j, (double)c[i * LD + j], want);
                 }
         }
+    free(a), free(b), free(c), free(c0);
+}
+
+/* nabla's own NN kernel for few rows (gemm_rows.c, a way of the gemm tuner where its AVX-512
+ * kernels run) against a double loop: M from 1 to 64 (each size of its last group of rows), N
+ * below, at and past its blocks of 64 columns and its vectors of 16, K empty, below, at and past
+ * its blocks of 64, leading dimensions above the widths, alpha, beta (0 with NaN in C: not
+ * read), 1 and 2 threads. Where it does not run it says so and writes nothing. */
+static void test_gemm_rows(void **state)
+{
+    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000},
+                     ks[] = {0, 1, 63, 64, 65, 300};
+    enum { LD = 1010 };
+    float *a = malloc(sizeof(float) * 64 * LD), *b = malloc(sizeof(float) * 300 * LD),
+          *c = malloc(sizeof(float) * 64 * LD), *c0 = malloc(sizeof(float) * 64 * LD);
+    assert_true(a && b && c && c0);
+    for (int i = 0; i < 64 * LD; i++) a[i] = (float)urand();
+    for (int i = 0; i < 300 * LD; i++) b[i] = (float)urand();
+    int prev = nb_get_num_threads(), trial = 0;
+    bool runs = nb_cpu_avx512();
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
+                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = k + 3, ldb = n + 5, ldc = n + 2;
+                    float alpha = trial % 3 ? 1.0f : -0.5f;
+                    float beta = trial % 4 == 0 ? 0.0f : trial % 4 == 1 ? 1.0f : 0.25f;
+                    for (int i = 0; i < 64 * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+                    memcpy(c0, c, sizeof(float) * 64 * LD);
+                    bool ran = nb_cpu_gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                    assert_int_equal(ran, runs);
+                    for (int i = 0; i < m; i++)
+                        for (int j = 0; j < ldc; j++) {
+                            float got = c[i * ldc + j];
+                            if (!ran || j >= n) { /* untouched: the same bits */
+                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
+                                    fail_msg("gemm_rows %dx%dx%d: C[%d, %d] written outside the product", m, n, k,
+                                             i, j);
+                                continue;
+                            }
+                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
+                            for (int p = 0; p < k; p++) sum += (double)a[i * lda + p] * (double)b[p * ldb + j];
+                            want += alpha * sum;
+                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
+                                fail_msg("gemm_rows %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g",
+                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
+                        }
+                }
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    /* past its row bound it does not run */
+    assert_false(nb_cpu_gemm_rows(65, 16, 16, 1.0f, a, LD, b, LD, 0.0f, c, LD));
     free(a), free(b), free(c), free(c0);
 }
 
@@ -603,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_gemm_tuned),
         cmocka_unit_test(test_few_rows_matmul),
         cmocka_unit_test(test_dnnl_matmul_cache),
+        cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),

@@ -37,4 +37,12 @@ int nb_cpu_gemm_tuned_shapes(void);
 /* How many calls so far ran a step of the tuner's schedule. */
 unsigned long long nb_cpu_gemm_tuning_steps(void);
 
+/* nabla's own float32 NN product for few rows (src/cpu/ops/gemm_rows.c): C = alpha A B + beta C,
+ * row-major with leading dimensions, M from 1 to GEMM_ROWS_MAX_M; beta 0 never reads C. False
+ * (nothing written) where it does not run: no AVX-512 kernels (nb_cpu_avx512()) or M, N out of
+ * range. */
+#define GEMM_ROWS_MAX_M 64
+bool nb_cpu_gemm_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float beta, float *c, int64_t ldc);
+
 #endif

@@ -9,7 +9,8 @@
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
  * its AVX-512 kernels, see few_rows_matmul, elsewhere to oneDNN's sgemm as their transpose, see
  * small_m_nt; a large float32 product is timed on OpenBLAS, on oneDNN's sgemm, on OpenBLAS as
- * its transpose and on the matmul primitive, and the fastest kept, see tune_pick):
+ * its transpose, on the matmul primitive and, NN of up to 64 rows, on nabla's own kernel
+ * (gemm_rows.c), and the fastest kept, see tune_pick):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -178,10 +179,15 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * Zen 4 gave oneDNN the lead. A fourth way there is oneDNN's matmul primitive (brgemm kernels,
  * src/cpu/dnnl_matmul.c), the fastest on NT products of few rows (few_rows_matmul) and on some
  * NN ones (the Xeon: 64x2048x26752 at 2 threads, in a network, 33.9 against 36.8).
+ * A fifth, with nabla's AVX-512 kernels, is its own NN kernel for up to 64 rows (gemm_rows.c),
+ * which reads B once: on the Xeon at 2 threads, in the network, NN 16x9216x4096 (AlexNet-S's fc6
+ * input gradient) 11.6 ms against 15.2 on the best library way, 64x2048x26752 (FCN-S's) 30.4
+ * against 33.2.
  * So each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way, on
  * every CPU: its first call follows the rules (it warms the caches and the pages of C), the next
- * ones run OpenBLAS, oneDNN, transposed, matmul, matmul, transposed, oneDNN, OpenBLAS, timed
- * (the transposed ones only where that way is offered, the matmul ones only with AVX-512), and
+ * ones run OpenBLAS, oneDNN, transposed, matmul, own, own, matmul, transposed, oneDNN, OpenBLAS,
+ * timed (the transposed ones only where that way is offered, the matmul ones only with oneDNN's
+ * AVX-512 kernels, the own ones only for NN products of few rows with nabla's), and
  * the way with the shortest best time runs every later call in the process. No product is run
  * twice. Without the matmul way, NT products of 16-64 rows keep their transposed route
  * (small_m_nt), which neither library's own call matches. On the Xeon this took FCN-S's
@@ -194,8 +200,8 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
 #define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
 /* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = OpenBLAS on the transposed product, 4 = oneDNN's
- * matmul primitive */
-static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 9, 0, 1, 2, 3, 4, 4, 3, 2, 1);
+ * matmul primitive, 5 = nabla's own NN kernel for few rows (gemm_rows.c) */
+static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 11, 0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1);
 
 static bool transposed_offered(const gemm_job *j)
 {
@@ -205,6 +211,12 @@ static bool transposed_offered(const gemm_job *j)
 /* The matmul primitive is a way of its own only where it has its brgemm kernels (AVX-512);
  * elsewhere it runs dnnl_sgemm's. */
 static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
+
+/* nabla's own kernel for NN products of few rows runs where its AVX-512 kernels do. */
+static bool rows_offered(const gemm_job *j)
+{
+    return j->ta == CblasNoTrans && j->tb == CblasNoTrans && j->m <= GEMM_ROWS_MAX_M && nb_cpu_avx512();
+}
 
 /* Whether a float32 NT product of few rows (a linear layer's forward on a small batch: 16-64
  * rows, N of at least 1000 and K of at least 1024, small_m_nt's shapes) goes to oneDNN's matmul
@@ -241,7 +253,8 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
         return 0;
     int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
     memcpy(key, k, sizeof k);
-    unsigned ways = 3u | (transposed_offered(j) ? 4u : 0u) | (matmul_offered() ? 8u : 0u);
+    unsigned ways = 3u | (transposed_offered(j) ? 4u : 0u) | (matmul_offered() ? 8u : 0u) |
+                    (rows_offered(j) ? 16u : 0u);
     return nb_cpu_tune_pick(&g_tuner, key, ways, timed);
 }
 
@@ -280,6 +293,11 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     int st = dnnl_success;
     if (pick == 3 && !sgemm_transposed(j, a, b, c)) {
         pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
+        timed = -1;
+    }
+    if (pick == 5 && !nb_cpu_gemm_rows(j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c,
+                                       j->ldc)) {
+        pick = 1; /* not run (nothing written): OpenBLAS, and the time is not the way's */
         timed = -1;
     }
     if (pick == 4 && nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n,
