@@ -533,7 +533,7 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
     if (extra > 0 && st == NB_OK)
         fprintf(stderr, "nabla bench: %s, %d thread%s: %lld more warm-up iteration%s while the CPU tuners timed\n",
                 n->s->name, threads, threads == 1 ? "" : "s", (long long)extra, extra == 1 ? "" : "s");
-    char gerr[256] = "";
+    char gerr[sizeof g_err] = "";
     bool graph = b->cuda_graph && !is_gemm(n->s);
     if (st == NB_OK && graph && !n->graph && capture(n, b, gerr, sizeof gerr) != NB_OK) {
         snprintf(g_err, sizeof g_err, "%s", gerr);

@@ -16,7 +16,6 @@
  *
  * Saving is torchfile_save.c.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
