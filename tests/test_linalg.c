@@ -391,7 +391,7 @@ static void test_gemm_rows(void **state)
                      ks[] = {0, 1, 63, 64, 65, 300};
     enum { LD = 1010 };
     float *a = malloc(sizeof(float) * 64 * LD), *b = malloc(sizeof(float) * 300 * LD),
-          *c = malloc(sizeof(float) * 64 * LD), *c0 = malloc(sizeof(float) * 64 * LD);
+          *c = malloc(sizeof(float) * 70 * LD), *c0 = malloc(sizeof(float) * 70 * LD); /* rows past M: untouched */
     assert_true(a && b && c && c0);
     for (int i = 0; i < 64 * LD; i++) a[i] = (float)urand();
     for (int i = 0; i < 300 * LD; i++) b[i] = (float)urand();
@@ -405,14 +405,14 @@ static void test_gemm_rows(void **state)
                     int m = ms[mi], n = ns[ni], k = ks[ki], lda = k + 3, ldb = n + 5, ldc = n + 2;
                     float alpha = trial % 3 ? 1.0f : -0.5f;
                     float beta = trial % 4 == 0 ? 0.0f : trial % 4 == 1 ? 1.0f : 0.25f;
-                    for (int i = 0; i < 64 * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
-                    memcpy(c0, c, sizeof(float) * 64 * LD);
+                    for (int i = 0; i < 70 * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+                    memcpy(c0, c, sizeof(float) * 70 * LD);
                     bool ran = nb_cpu_gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
                     assert_int_equal(ran, runs);
-                    for (int i = 0; i < m; i++)
+                    for (int i = 0; i < m + 6; i++)
                         for (int j = 0; j < ldc; j++) {
                             float got = c[i * ldc + j];
-                            if (!ran || j >= n) { /* untouched: the same bits */
+                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
                                 if (memcmp(&got, &c0[i * ldc + j], sizeof got))
                                     fail_msg("gemm_rows %dx%dx%d: C[%d, %d] written outside the product", m, n, k,
                                              i, j);
@@ -430,6 +430,64 @@ static void test_gemm_rows(void **state)
     NBT_OK(nb_set_num_threads(prev));
     /* past its row bound it does not run */
     assert_false(nb_cpu_gemm_rows(65, 16, 16, 1.0f, a, LD, b, LD, 0.0f, c, LD));
+    free(a), free(b), free(c), free(c0);
+}
+
+/* nabla's own TN kernel for a short inner dimension (gemm_thin.c, a way of the gemm tuner where
+ * its AVX-512 kernels run; a weight gradient over a small batch): A [K, M], B [K, N], against a
+ * double loop: M below, at and past its groups of 6 rows, and past its threads' split by rows
+ * (96 a thread) and its packed blocks of 768; N below, at and past its blocks of 64 columns and
+ * its vectors of 16; K from 0 to its bound; leading dimensions above the widths; C 64-byte
+ * aligned with a leading dimension of whole vectors on half the trials and larger than 2 MB on
+ * some (its streaming stores); alpha, beta (0 with NaN in C: not read); 1 and 2 threads. Where it
+ * does not run it says so and writes nothing. */
+static void test_gemm_thin_k(void **state)
+{
+    static const int ms[] = {1, 5, 6, 7, 13, 100, 200, 1000}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000},
+                     ks[] = {0, 1, 16, 63, 64};
+    enum { LDA = 1024, LDC = 1024 + 16, MAXM = 1000 + 8 }; /* rows past M: untouched */
+    float *a = malloc(sizeof(float) * 64 * LDA), *b = malloc(sizeof(float) * 64 * LDA),
+          *c = aligned_alloc(64, sizeof(float) * MAXM * LDC), *c0 = malloc(sizeof(float) * MAXM * LDC);
+    assert_true(a && b && c && c0);
+    for (int i = 0; i < 64 * LDA; i++) a[i] = (float)urand(), b[i] = (float)urand();
+    int prev = nb_get_num_threads(), trial = 0;
+    bool runs = nb_cpu_avx512();
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
+                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = m + 3, ldb = n + 5;
+                    int ldc = trial % 2 ? n + 2 : (n + 15) / 16 * 16;
+                    float alpha = trial % 3 ? 1.0f : -0.5f;
+                    float beta = trial % 4 < 2 ? 0.0f : trial % 4 == 2 ? 1.0f : 0.25f;
+                    size_t span = (size_t)(m + 6) * ldc;
+                    for (size_t i = 0; i < span; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+                    memcpy(c0, c, sizeof(float) * span);
+                    bool ran = nb_cpu_gemm_thin_k(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                    assert_int_equal(ran, runs);
+                    for (int i = 0; i < m + 6; i++)
+                        for (int j = 0; j < ldc; j++) {
+                            float got = c[i * ldc + j];
+                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
+                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
+                                    fail_msg("gemm_thin_k %dx%dx%d: C[%d, %d] written outside the product", m, n,
+                                             k, i, j);
+                                continue;
+                            }
+                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
+                            for (int p = 0; p < k; p++) sum += (double)a[p * lda + i] * (double)b[p * ldb + j];
+                            want += alpha * sum;
+                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
+                                fail_msg("gemm_thin_k %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, "
+                                         "want %g",
+                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
+                        }
+                }
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    /* past its bound on K it does not run */
+    assert_false(nb_cpu_gemm_thin_k(16, 16, GEMM_THIN_MAX_K + 1, 1.0f, a, LDA, b, LDA, 0.0f, c, LDC));
     free(a), free(b), free(c), free(c0);
 }
 
@@ -659,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_few_rows_matmul),
         cmocka_unit_test(test_dnnl_matmul_cache),
         cmocka_unit_test(test_gemm_rows),
+        cmocka_unit_test(test_gemm_thin_k),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),

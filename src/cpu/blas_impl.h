@@ -44,5 +44,11 @@ unsigned long long nb_cpu_gemm_tuning_steps(void);
 #define GEMM_ROWS_MAX_M 64
 bool nb_cpu_gemm_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float beta, float *c, int64_t ldc);
+/* gemm_thin.c's float32 TN product with a short inner dimension (a weight gradient over a small
+ * batch): C[M, N] = alpha A^T B + beta C, A [K, M] and B [K, N] row-major with leading dimensions,
+ * K up to GEMM_THIN_MAX_K; beta 0 never reads C. False (nothing written) where it does not run. */
+#define GEMM_THIN_MAX_K 64
+bool nb_cpu_gemm_thin_k(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc);
 
 #endif
