@@ -382,14 +382,14 @@ static void test_dnnl_matmul_cache(void **state)
 
 /* nabla's own NN kernel for few rows (gemm_rows.c, a way of the gemm tuner where its AVX-512
  * kernels run) against a double loop: M from 1 to 64 (each size of its last group of rows), N
- * below, at and past its blocks of 64 columns and its vectors of 16, K empty, below, at and past
- * its blocks of 64, leading dimensions above the widths, alpha, beta (0 with NaN in C: not
+ * below, at and past its blocks of 64 columns and its vectors of 16 and past a thread's chunk of
+ * 1024, K empty, below, at and past its blocks of 64, leading dimensions above the widths, alpha, beta (0 with NaN in C: not
  * read), 1 and 2 threads. Where it does not run it says so and writes nothing. */
 static void test_gemm_rows(void **state)
 {
-    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000},
+    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000, 2100},
                      ks[] = {0, 1, 63, 64, 65, 300};
-    enum { LD = 1010 };
+    enum { LD = 2110 };
     float *a = malloc(sizeof(float) * 64 * LD), *b = malloc(sizeof(float) * 300 * LD),
           *c = malloc(sizeof(float) * 70 * LD), *c0 = malloc(sizeof(float) * 70 * LD); /* rows past M: untouched */
     assert_true(a && b && c && c0);
