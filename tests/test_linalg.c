@@ -491,6 +491,59 @@ static void test_gemm_thin_k(void **state)
     free(a), free(b), free(c), free(c0);
 }
 
+/* nabla's own NT kernel for few rows (gemm_dot.c, a way of the gemm tuner where its AVX-512
+ * kernels run; a linear layer's forward on a small batch): A [M, K], B [N, K], against a double
+ * loop: M below, at and past its groups of 4 rows up to its bound; N below, at and past its
+ * groups of 6 and past a thread's share; K empty, below, at and past its vectors of 16 and its
+ * blocks of 512; leading dimensions above the widths; alpha, beta (0 with NaN in C: not read); 1
+ * and 2 threads; and nothing written past M rows or N columns. Past its bound on M it does not
+ * run. */
+static void test_gemm_dot(void **state)
+{
+    static const int ms[] = {1, 3, 4, 5, 16, 32}, ns[] = {1, 5, 6, 7, 13, 200, 1000}, ks[] = {0, 1, 17, 512, 1100};
+    enum { LDA = 1104, LDB = 1108, LDC = 1010, ROWS = 32 + 6 };
+    float *a = malloc(sizeof(float) * 32 * LDA), *b = malloc(sizeof(float) * 1000 * LDB),
+          *c = malloc(sizeof(float) * ROWS * LDC), *c0 = malloc(sizeof(float) * ROWS * LDC);
+    assert_true(a && b && c && c0);
+    for (int i = 0; i < 32 * LDA; i++) a[i] = (float)urand();
+    for (int i = 0; i < 1000 * LDB; i++) b[i] = (float)urand();
+    int prev = nb_get_num_threads(), trial = 0;
+    bool runs = nb_cpu_avx512();
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
+                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = trial % 2 ? LDA : k + 1, ldb = k + 3, ldc = n + 2;
+                    float alpha = trial % 3 ? 1.0f : -0.5f;
+                    float beta = trial % 4 == 0 ? 0.0f : trial % 4 == 1 ? 1.0f : 0.25f;
+                    for (int i = 0; i < ROWS * LDC; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+                    memcpy(c0, c, sizeof(float) * ROWS * LDC);
+                    bool ran = nb_cpu_gemm_dot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                    assert_int_equal(ran, runs);
+                    for (int i = 0; i < m + 6; i++)
+                        for (int j = 0; j < ldc; j++) {
+                            float got = c[i * ldc + j];
+                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
+                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
+                                    fail_msg("gemm_dot %dx%dx%d: C[%d, %d] written outside the product", m, n, k, i,
+                                             j);
+                                continue;
+                            }
+                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
+                            for (int p = 0; p < k; p++) sum += (double)a[i * lda + p] * (double)b[j * ldb + p];
+                            want += alpha * sum;
+                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
+                                fail_msg("gemm_dot %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g",
+                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
+                        }
+                }
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    assert_false(nb_cpu_gemm_dot(GEMM_DOT_MAX_M + 1, 16, 16, 1.0f, a, LDA, b, LDB, 0.0f, c, LDC));
+    free(a), free(b), free(c), free(c0);
+}
+
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
 static void test_overwrite_and_scale(void **state)
 {
@@ -718,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_dnnl_matmul_cache),
         cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_gemm_thin_k),
+        cmocka_unit_test(test_gemm_dot),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),

@@ -50,5 +50,11 @@ bool nb_cpu_gemm_rows(int64_t m, int64_t n, int64_t k, float alpha, const float 
 #define GEMM_THIN_MAX_K 64
 bool nb_cpu_gemm_thin_k(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float beta, float *c, int64_t ldc);
+/* gemm_dot.c's float32 NT product for few rows (a linear layer's forward on a small batch):
+ * C[M, N] = alpha A[M, K] B[N, K]^T + beta C, row-major with leading dimensions, M up to
+ * GEMM_DOT_MAX_M; beta 0 never reads C. False (nothing written) where it does not run. */
+#define GEMM_DOT_MAX_M 32
+bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc);
 
 #endif

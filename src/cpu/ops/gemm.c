@@ -9,8 +9,9 @@
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
  * its AVX-512 kernels, see few_rows_matmul, elsewhere to oneDNN's sgemm as their transpose, see
  * small_m_nt; a large float32 product is timed on OpenBLAS, on oneDNN's sgemm, on OpenBLAS as
- * its transpose, on the matmul primitive and, NN of up to 64 rows or TN with K up to 64, on
- * nabla's own kernels (gemm_rows.c, gemm_thin.c), and the fastest kept, see tune_pick):
+ * its transpose, on the matmul primitive and, NN of up to 64 rows, TN with K up to 64 or NT of
+ * up to 32 rows, on nabla's own kernels (gemm_rows.c, gemm_thin.c, gemm_dot.c), and the fastest
+ * kept, see tune_pick):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -183,12 +184,14 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * which reads B once: on the Xeon at 2 threads, in the network, NN 16x9216x4096 (AlexNet-S's fc6
  * input gradient) 11.6 ms against 15.2 on the best library way, 64x2048x26752 (FCN-S's) 30.4
  * against 33.2; and its own TN kernel for K up to 64 (gemm_thin.c), a weight gradient on a small
- * batch, which keeps all of K in registers and writes C once with streaming stores.
+ * batch, which keeps all of K in registers and writes C once with streaming stores; and its own NT
+ * kernel for up to 32 rows (gemm_dot.c), a linear layer's forward on a small batch, dot products
+ * along K that read the weight once.
  * So each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way, on
  * every CPU: its first call follows the rules (it warms the caches and the pages of C), the next
  * ones run OpenBLAS, oneDNN, transposed, matmul, own, own, matmul, transposed, oneDNN, OpenBLAS,
  * timed (the transposed ones only where that way is offered, the matmul ones only with oneDNN's
- * AVX-512 kernels, the own ones only for NN products of few rows and TN ones of short K, with
+ * AVX-512 kernels, the own ones only for NN and NT products of few rows and TN ones of short K, with
  * nabla's AVX-512 kernels), and
  * the way with the shortest best time runs every later call in the process. No product is run
  * twice. Without the matmul way, NT products of 16-64 rows keep their transposed route
@@ -202,7 +205,8 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
 #define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
 /* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = OpenBLAS on the transposed product, 4 = oneDNN's
- * matmul primitive, 5 = nabla's own kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c) */
+ * matmul primitive, 5 = nabla's own kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c; NT of
+ * few rows: gemm_dot.c) */
 static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 11, 0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1);
 
 static bool transposed_offered(const gemm_job *j)
@@ -214,18 +218,21 @@ static bool transposed_offered(const gemm_job *j)
  * elsewhere it runs dnnl_sgemm's. */
 static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
 
-/* nabla's own kernels, for NN products of few rows (gemm_rows.c) and TN ones with a short inner
- * dimension (gemm_thin.c), run where its AVX-512 kernels do. */
+/* nabla's own kernels, for NN products of few rows (gemm_rows.c), TN ones with a short inner
+ * dimension (gemm_thin.c) and NT ones of few rows (gemm_dot.c), run where its AVX-512 kernels do. */
 static bool own_offered(const gemm_job *j)
 {
     bool nn = j->ta == CblasNoTrans && j->tb == CblasNoTrans && j->m <= GEMM_ROWS_MAX_M;
     bool tn = j->ta == CblasTrans && j->tb == CblasNoTrans && j->k <= GEMM_THIN_MAX_K;
-    return (nn || tn) && nb_cpu_avx512();
+    bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= GEMM_DOT_MAX_M;
+    return (nn || tn || nt) && nb_cpu_avx512();
 }
 
 /* Way 5 for j: false (nothing written) where it does not run. */
 static bool gemm_own(const gemm_job *j, const float *a, const float *b, float *c)
 {
+    if (j->tb == CblasTrans)
+        return nb_cpu_gemm_dot(j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
     if (j->ta == CblasTrans)
         return nb_cpu_gemm_thin_k(j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
     return nb_cpu_gemm_rows(j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
