@@ -380,11 +380,38 @@ static void test_dnnl_matmul_cache(void **state)
     free(a), free(b), free(c), free(c0);
 }
 
+/* The checks of nabla's own kernels below, after one call: C (rows 0 .. M + 5, ldc wide) against
+ * c0 (C before the call) and a double loop, A's element (i, p) a[p * lda + i] with ta, else
+ * a[i * lda + p], B's (p, j) b[j * ldb + p] with tb, else b[p * ldb + j]. Where it did not run, or
+ * past M rows or N columns, C keeps its bits. */
+static void check_own(const char *name, bool ran, bool ta, bool tb, int m, int n, int k, float alpha, float beta,
+                      const float *a, int lda, const float *b, int ldb, const float *c, const float *c0, int ldc,
+                      int threads)
+{
+    for (int i = 0; i < m + 6; i++)
+        for (int j = 0; j < ldc; j++) {
+            float got = c[i * ldc + j];
+            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
+                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
+                    fail_msg("%s %dx%dx%d: C[%d, %d] written outside the product", name, m, n, k, i, j);
+                continue;
+            }
+            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
+            for (int p = 0; p < k; p++)
+                sum += (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+            want += alpha * sum;
+            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
+                fail_msg("%s %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g", name, m, n, k,
+                         (double)alpha, (double)beta, threads, i, j, (double)got, want);
+        }
+}
+
 /* nabla's own NN kernel for few rows (gemm_rows.c, a way of the gemm tuner where its AVX-512
  * kernels run) against a double loop: M from 1 to 64 (each size of its last group of rows), N
  * below, at and past its blocks of 64 columns and its vectors of 16 and past a thread's chunk of
- * 1024, K empty, below, at and past its blocks of 64, leading dimensions above the widths, alpha, beta (0 with NaN in C: not
- * read), 1 and 2 threads. Where it does not run it says so and writes nothing. */
+ * 1024, K empty, below, at and past its blocks of 64, leading dimensions above the widths,
+ * alpha, beta (0 with NaN in C: not read), 1 and 2 threads. Where it does not run it says so and
+ * writes nothing. */
 static void test_gemm_rows(void **state)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000, 2100},
@@ -409,22 +436,7 @@ static void test_gemm_rows(void **state)
                     memcpy(c0, c, sizeof(float) * 70 * LD);
                     bool ran = nb_cpu_gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
                     assert_int_equal(ran, runs);
-                    for (int i = 0; i < m + 6; i++)
-                        for (int j = 0; j < ldc; j++) {
-                            float got = c[i * ldc + j];
-                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
-                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
-                                    fail_msg("gemm_rows %dx%dx%d: C[%d, %d] written outside the product", m, n, k,
-                                             i, j);
-                                continue;
-                            }
-                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
-                            for (int p = 0; p < k; p++) sum += (double)a[i * lda + p] * (double)b[p * ldb + j];
-                            want += alpha * sum;
-                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
-                                fail_msg("gemm_rows %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g",
-                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
-                        }
+                    check_own("gemm_rows", ran, false, false, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
                 }
     }
     NBT_OK(nb_set_num_threads(prev));
@@ -466,23 +478,7 @@ static void test_gemm_thin_k(void **state)
                     memcpy(c0, c, sizeof(float) * span);
                     bool ran = nb_cpu_gemm_thin_k(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
                     assert_int_equal(ran, runs);
-                    for (int i = 0; i < m + 6; i++)
-                        for (int j = 0; j < ldc; j++) {
-                            float got = c[i * ldc + j];
-                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
-                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
-                                    fail_msg("gemm_thin_k %dx%dx%d: C[%d, %d] written outside the product", m, n,
-                                             k, i, j);
-                                continue;
-                            }
-                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
-                            for (int p = 0; p < k; p++) sum += (double)a[p * lda + i] * (double)b[p * ldb + j];
-                            want += alpha * sum;
-                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
-                                fail_msg("gemm_thin_k %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, "
-                                         "want %g",
-                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
-                        }
+                    check_own("gemm_thin_k", ran, true, false, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
                 }
     }
     NBT_OK(nb_set_num_threads(prev));
@@ -521,22 +517,7 @@ static void test_gemm_dot(void **state)
                     memcpy(c0, c, sizeof(float) * ROWS * LDC);
                     bool ran = nb_cpu_gemm_dot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
                     assert_int_equal(ran, runs);
-                    for (int i = 0; i < m + 6; i++)
-                        for (int j = 0; j < ldc; j++) {
-                            float got = c[i * ldc + j];
-                            if (!ran || i >= m || j >= n) { /* untouched: the same bits */
-                                if (memcmp(&got, &c0[i * ldc + j], sizeof got))
-                                    fail_msg("gemm_dot %dx%dx%d: C[%d, %d] written outside the product", m, n, k, i,
-                                             j);
-                                continue;
-                            }
-                            double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
-                            for (int p = 0; p < k; p++) sum += (double)a[i * lda + p] * (double)b[j * ldb + p];
-                            want += alpha * sum;
-                            if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
-                                fail_msg("gemm_dot %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g",
-                                         m, n, k, (double)alpha, (double)beta, t, i, j, (double)got, want);
-                        }
+                    check_own("gemm_dot", ran, false, true, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
                 }
     }
     NBT_OK(nb_set_num_threads(prev));
