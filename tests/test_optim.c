@@ -218,6 +218,50 @@ static void test_clip_reference(void **state)
     assert_int_equal(count, 18);
 }
 
+/* clip_grad_norm_ over float32 gradients large enough for its chunked sum of squares (65536 to a
+ * chunk, on the threads): the norm against a float64 loop here, the same bits at 1 and 2 threads,
+ * the gradients scaled by max_norm / norm, and a NaN anywhere making the norm NaN. */
+static void test_clip_large(void **state)
+{
+    enum { N0 = 300001, N1 = 70000 };
+    nb_scope *sc = nb_scope_begin();
+    float *x = malloc(sizeof(float) * (N0 + N1));
+    assert_non_null(x);
+    double want = 0;
+    for (int i = 0; i < N0 + N1; i++) {
+        x[i] = (float)((i % 1009) - 504) / 97.0f;
+        want += (double)x[i] * x[i];
+    }
+    want = sqrt(want);
+    int prev = nb_get_num_threads();
+    double totals[2];
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        nb_tensor *ps[2] = {nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){N0}, 1, NULL))),
+                            nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){N1}, 1, NULL)))};
+        NBT_OK(nb_tensor_set_grad(ps[0], NBT_CHECK(nb_tensor_from_data(x, (int64_t[]){N0}, 1, NULL))));
+        NBT_OK(nb_tensor_set_grad(ps[1], NBT_CHECK(nb_tensor_from_data(x + N0, (int64_t[]){N1}, 1, NULL))));
+        NBT_OK(nb_clip_grad_norm_(ps, 2, 1.0, 2.0, &totals[t - 1]));
+        if (fabs(totals[t - 1] - want) > 1e-12 * want) fail_msg("norm %.17g, want %.17g", totals[t - 1], want);
+        const float *g = nb_tensor_data_ptr(NBT_CHECK(nb_tensor_grad(ps[0])));
+        for (int i = 0; i < N0; i += 997) {
+            double w = x[i] * (1.0 / (want + 1e-6));
+            if (fabs(g[i] - w) > 1e-6 * (fabs(w) + 1e-6)) fail_msg("grad[%d] = %g, want %g", i, (double)g[i], w);
+        }
+    }
+    assert_memory_equal(&totals[0], &totals[1], sizeof(double));
+    /* a NaN in the last chunk of the second gradient */
+    x[N0 + N1 - 3] = NAN;
+    nb_tensor *p = nbt_leaf(NBT_CHECK(nb_zeros((int64_t[]){N0 + N1}, 1, NULL)));
+    NBT_OK(nb_tensor_set_grad(p, NBT_CHECK(nb_tensor_from_data(x, (int64_t[]){N0 + N1}, 1, NULL))));
+    double total = 0;
+    NBT_OK(nb_clip_grad_norm_(&p, 1, 1.0, 2.0, &total));
+    assert_true(isnan(total));
+    NBT_OK(nb_set_num_threads(prev));
+    free(x);
+    nb_scope_end(sc);
+}
+
 static void test_clip_edge_cases(void **state)
 {
     nb_scope *sc = nb_scope_begin();
@@ -753,7 +797,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optim_reference), cmocka_unit_test(test_sched_reference),
         cmocka_unit_test(test_onecycle_past_end), cmocka_unit_test(test_clip_reference),
-        cmocka_unit_test(test_clip_edge_cases), cmocka_unit_test(test_clip_coef),
+        cmocka_unit_test(test_clip_edge_cases), cmocka_unit_test(test_clip_large), cmocka_unit_test(test_clip_coef),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_sched_state), cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_zero_grad_and_refs), cmocka_unit_test(test_bad_state_dicts),

@@ -1,16 +1,44 @@
 /* Gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_. */
 #include <math.h>
 
+#include "cpu/cpu_impl.h"
 #include "optim/optim_impl.h"
 
 /* max that lets NaN win, as the total norm does */
 static double nan_max(double a, double b) { return a > b || isnan(a) ? a : b; }
+
+/* sum g^2 over float32 x[0, n) in float64: chunks of a size that depends on n alone, each summed
+ * on the vector units, on the threads, and the chunks' sums added in order, so the result does
+ * not depend on the thread count. (One float64 sum in a loop ran at one add per 4 cycles: 8 ms
+ * of the DLBench LSTM's 560 ms step at 1 thread.) */
+#define SQ_CHUNKS 1024
+static double sum_squares_f32(const float *x, int64_t n)
+{
+    int64_t chunk = (n + SQ_CHUNKS - 1) / SQ_CHUNKS;
+    if (chunk < 65536) chunk = 65536;
+    int64_t nc = (n + chunk - 1) / chunk;
+    double part[SQ_CHUNKS];
+    int nt = nb_cpu_threads_for(n, NB_CPU_GRAIN);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t c = 0; c < nc; c++) {
+        const float *xc = x + c * chunk;
+        int64_t len = n - c * chunk < chunk ? n - c * chunk : chunk;
+        double acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = 0; i < len; i++) acc += (double)xc[i] * (double)xc[i];
+        part[c] = acc;
+    }
+    double total = 0;
+    for (int64_t c = 0; c < nc; c++) total += part[c];
+    return total;
+}
 
 /* sum |g|^p (or max |g| when p is infinite) over a contiguous CPU tensor, in float64. */
 static double accumulate(const nb_tensor *g, double p)
 {
     int64_t n = nb__numel(g->shape, g->ndim);
     double acc = 0;
+    if (g->dtype == NB_FLOAT32 && p == 2) return sum_squares_f32((const float *)nb__data(g), n);
     if (g->dtype == NB_FLOAT32) {
         const float *x = (const float *)nb__data(g);
         for (int64_t i = 0; i < n; i++) {
