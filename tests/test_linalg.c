@@ -380,149 +380,136 @@ static void test_dnnl_matmul_cache(void **state)
     free(a), free(b), free(c), free(c0);
 }
 
-/* The checks of nabla's own kernels below, after one call: C (rows 0 .. M + 5, ldc wide) against
- * c0 (C before the call) and a double loop, A's element (i, p) a[p * lda + i] with ta, else
- * a[i * lda + p], B's (p, j) b[j * ldb + p] with tb, else b[p * ldb + j]. Where it did not run, or
- * past M rows or N columns, C keeps its bits. */
-static void check_own(const char *name, bool ran, bool ta, bool tb, int m, int n, int k, float alpha, float beta,
-                      const float *a, int lda, const float *b, int ldb, const float *c, const float *c0, int ldc,
-                      int threads)
+/* nabla's own kernels (gemm_rows.c, gemm_thin.c, gemm_dot.c: ways of the gemm tuner where their
+ * AVX-512 kernels run), each against a double loop over the sizes of its own case below, its
+ * leading dimensions from lds, alpha, beta (0 with NaN in C: not read), at 1 and 2 threads; C
+ * (rows 0 .. M + 5, ldc wide, 64-byte aligned) keeps its bits past M rows and N columns, and
+ * where the kernel does not run it says so and writes nothing. A's element (i, p) is
+ * a[p * lda + i] with ta, else a[i * lda + p]; B's (p, j) b[j * ldb + p] with tb, else
+ * b[p * ldb + j]. */
+typedef bool (*own_kernel)(int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t, float,
+                           float *, int64_t);
+typedef struct own_case {
+    const char *name;
+    own_kernel fn;
+    bool ta, tb;
+    const int *ms, *ns, *ks;
+    int nm, nn, nk;
+    void (*lds)(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc);
+    int max_a, max_b, max_c; /* the operands' largest sizes in floats, C's with its 6 rows more */
+} own_case;
+
+static void check_own(const own_case *oc, const float *a, const float *b, int trial, int threads)
 {
+    int m = oc->ms[trial / (oc->nn * oc->nk) % oc->nm], n = oc->ns[trial / oc->nk % oc->nn], k = oc->ks[trial % oc->nk];
+    int lda, ldb, ldc;
+    oc->lds(m, n, k, trial, &lda, &ldb, &ldc);
+    float alpha = trial % 3 ? 1.0f : -0.5f, beta = trial % 4 < 2 ? 0.0f : trial % 4 == 2 ? 1.0f : 0.25f;
+    size_t span = (size_t)(m + 6) * ldc;
+    assert_true(span <= (size_t)oc->max_c);
+    float *c = aligned_alloc(64, (span * sizeof(float) + 63) / 64 * 64), *c0 = malloc(span * sizeof(float));
+    assert_true(c && c0);
+    for (size_t i = 0; i < span; i++) c[i] = beta != 0 ? (float)urand() : NAN;
+    memcpy(c0, c, span * sizeof(float));
+    bool ran = oc->fn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    assert_int_equal(ran, nb_cpu_avx512());
     for (int i = 0; i < m + 6; i++)
         for (int j = 0; j < ldc; j++) {
             float got = c[i * ldc + j];
             if (!ran || i >= m || j >= n) { /* untouched: the same bits */
                 if (memcmp(&got, &c0[i * ldc + j], sizeof got))
-                    fail_msg("%s %dx%dx%d: C[%d, %d] written outside the product", name, m, n, k, i, j);
+                    fail_msg("%s %dx%dx%d: C[%d, %d] written outside the product", oc->name, m, n, k, i, j);
                 continue;
             }
             double want = beta != 0 ? (double)beta * c0[i * ldc + j] : 0, sum = 0;
             for (int p = 0; p < k; p++)
-                sum += (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                sum += (double)(oc->ta ? a[p * lda + i] : a[i * lda + p]) *
+                       (double)(oc->tb ? b[j * ldb + p] : b[p * ldb + j]);
             want += alpha * sum;
             if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want)) * (1 + k / 64.0)))
-                fail_msg("%s %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g", name, m, n, k,
+                fail_msg("%s %dx%dx%d alpha %g beta %g, %d threads: C[%d, %d] = %g, want %g", oc->name, m, n, k,
                          (double)alpha, (double)beta, threads, i, j, (double)got, want);
         }
+    free(c), free(c0);
 }
 
-/* nabla's own NN kernel for few rows (gemm_rows.c, a way of the gemm tuner where its AVX-512
- * kernels run) against a double loop: M from 1 to 64 (each size of its last group of rows), N
- * below, at and past its blocks of 64 columns and its vectors of 16 and past a thread's chunk of
- * 1024, K empty, below, at and past its blocks of 64, leading dimensions above the widths,
- * alpha, beta (0 with NaN in C: not read), 1 and 2 threads. Where it does not run it says so and
- * writes nothing. */
+static void run_own(const own_case *oc)
+{
+    float *a = malloc(sizeof(float) * oc->max_a), *b = malloc(sizeof(float) * oc->max_b);
+    assert_true(a && b);
+    for (int i = 0; i < oc->max_a; i++) a[i] = (float)urand();
+    for (int i = 0; i < oc->max_b; i++) b[i] = (float)urand();
+    int prev = nb_get_num_threads(), trials = oc->nm * oc->nn * oc->nk;
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        for (int trial = 0; trial < trials; trial++) check_own(oc, a, b, trial, t);
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    free(a), free(b);
+}
+
+#define COUNT(x) (int)(sizeof(x) / sizeof((x)[0]))
+
+/* NN for few rows: M from 1 to 64 (each size of its last group of rows); N below, at and past its
+ * blocks of 64 columns and its vectors of 16 and past a thread's chunk of 1024; K empty, below,
+ * at and past its blocks of 64. Past its row bound it does not run. */
+static void rows_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
+{
+    (void)m, (void)trial;
+    *lda = k + 3, *ldb = n + 5, *ldc = n + 2;
+}
+
 static void test_gemm_rows(void **state)
 {
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000, 2100},
                      ks[] = {0, 1, 63, 64, 65, 300};
-    enum { LD = 2110 };
-    float *a = malloc(sizeof(float) * 64 * LD), *b = malloc(sizeof(float) * 300 * LD),
-          *c = malloc(sizeof(float) * 70 * LD), *c0 = malloc(sizeof(float) * 70 * LD); /* rows past M: untouched */
-    assert_true(a && b && c && c0);
-    for (int i = 0; i < 64 * LD; i++) a[i] = (float)urand();
-    for (int i = 0; i < 300 * LD; i++) b[i] = (float)urand();
-    int prev = nb_get_num_threads(), trial = 0;
-    bool runs = nb_cpu_avx512();
-    for (int t = 1; t <= 2; t++) {
-        NBT_OK(nb_set_num_threads(t));
-        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
-                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = k + 3, ldb = n + 5, ldc = n + 2;
-                    float alpha = trial % 3 ? 1.0f : -0.5f;
-                    float beta = trial % 4 == 0 ? 0.0f : trial % 4 == 1 ? 1.0f : 0.25f;
-                    for (int i = 0; i < 70 * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
-                    memcpy(c0, c, sizeof(float) * 70 * LD);
-                    bool ran = nb_cpu_gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-                    assert_int_equal(ran, runs);
-                    check_own("gemm_rows", ran, false, false, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
-                }
-    }
-    NBT_OK(nb_set_num_threads(prev));
-    /* past its row bound it does not run */
-    assert_false(nb_cpu_gemm_rows(65, 16, 16, 1.0f, a, LD, b, LD, 0.0f, c, LD));
-    free(a), free(b), free(c), free(c0);
+    own_case oc = {"gemm_rows", nb_cpu_gemm_rows, false, false, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
+                   rows_lds, 64 * 303, 300 * 2105, 70 * 2102};
+    run_own(&oc);
+    float x[16 * 16] = {0}, y[65 * 16];
+    assert_false(nb_cpu_gemm_rows(65, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
 }
 
-/* nabla's own TN kernel for a short inner dimension (gemm_thin.c, a way of the gemm tuner where
- * its AVX-512 kernels run; a weight gradient over a small batch): A [K, M], B [K, N], against a
- * double loop: M below, at and past its groups of 6 rows, and past its threads' split by rows
- * (96 a thread) and its packed blocks of 768; N below, at and past its blocks of 64 columns and
- * its vectors of 16; K from 0 to its bound; leading dimensions above the widths; C 64-byte
- * aligned with a leading dimension of whole vectors on half the trials and larger than 2 MB on
- * some (its streaming stores); alpha, beta (0 with NaN in C: not read); 1 and 2 threads. Where it
- * does not run it says so and writes nothing. */
+/* TN for a short inner dimension (a weight gradient over a small batch), A [K, M], B [K, N]: M
+ * below, at and past its groups of 6 rows, and past its threads' split by rows (96 a thread) and
+ * its packed blocks of 768; N below, at and past its blocks of 64 columns and its vectors of 16; K
+ * from 0 to its bound; C with a leading dimension of whole vectors on half the trials and larger
+ * than 2 MB on some (its streaming stores). Past its bound on K it does not run. */
+static void thin_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
+{
+    (void)k;
+    *lda = m + 3, *ldb = n + 5, *ldc = trial % 2 ? n + 2 : (n + 15) / 16 * 16;
+}
+
 static void test_gemm_thin_k(void **state)
 {
     static const int ms[] = {1, 5, 6, 7, 13, 100, 200, 1000}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000},
                      ks[] = {0, 1, 16, 63, 64};
-    enum { LDA = 1024, LDC = 1024 + 16, MAXM = 1000 + 8 }; /* rows past M: untouched */
-    float *a = malloc(sizeof(float) * 64 * LDA), *b = malloc(sizeof(float) * 64 * LDA),
-          *c = aligned_alloc(64, sizeof(float) * MAXM * LDC), *c0 = malloc(sizeof(float) * MAXM * LDC);
-    assert_true(a && b && c && c0);
-    for (int i = 0; i < 64 * LDA; i++) a[i] = (float)urand(), b[i] = (float)urand();
-    int prev = nb_get_num_threads(), trial = 0;
-    bool runs = nb_cpu_avx512();
-    for (int t = 1; t <= 2; t++) {
-        NBT_OK(nb_set_num_threads(t));
-        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
-                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = m + 3, ldb = n + 5;
-                    int ldc = trial % 2 ? n + 2 : (n + 15) / 16 * 16;
-                    float alpha = trial % 3 ? 1.0f : -0.5f;
-                    float beta = trial % 4 < 2 ? 0.0f : trial % 4 == 2 ? 1.0f : 0.25f;
-                    size_t span = (size_t)(m + 6) * ldc;
-                    for (size_t i = 0; i < span; i++) c[i] = beta != 0 ? (float)urand() : NAN;
-                    memcpy(c0, c, sizeof(float) * span);
-                    bool ran = nb_cpu_gemm_thin_k(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-                    assert_int_equal(ran, runs);
-                    check_own("gemm_thin_k", ran, true, false, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
-                }
-    }
-    NBT_OK(nb_set_num_threads(prev));
-    /* past its bound on K it does not run */
-    assert_false(nb_cpu_gemm_thin_k(16, 16, GEMM_THIN_MAX_K + 1, 1.0f, a, LDA, b, LDA, 0.0f, c, LDC));
-    free(a), free(b), free(c), free(c0);
+    own_case oc = {"gemm_thin_k", nb_cpu_gemm_thin_k, true, false, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
+                   thin_lds, 64 * 1003, 64 * 1005, 1006 * 1008};
+    run_own(&oc);
+    float x[65 * 16] = {0}, y[16 * 16];
+    assert_false(nb_cpu_gemm_thin_k(16, 16, GEMM_THIN_MAX_K + 1, 1.0f, x, 16, x, 16, 0.0f, y, 16));
 }
 
-/* nabla's own NT kernel for few rows (gemm_dot.c, a way of the gemm tuner where its AVX-512
- * kernels run; a linear layer's forward on a small batch): A [M, K], B [N, K], against a double
- * loop: M below, at and past its groups of 4 rows up to its bound; N below, at and past its
- * groups of 6 and past a thread's share; K empty, below, at and past its vectors of 16 and its
- * blocks of 512; leading dimensions above the widths; alpha, beta (0 with NaN in C: not read); 1
- * and 2 threads; and nothing written past M rows or N columns. Past its bound on M it does not
- * run. */
+/* NT for few rows (a linear layer's forward on a small batch), A [M, K], B [N, K]: M below, at
+ * and past its groups of 4 rows up to its bound; N below, at and past its groups of 6 and past a
+ * thread's share; K empty, below, at and past its vectors of 16 and its blocks of 512. Past its
+ * bound on M it does not run. */
+static void dot_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
+{
+    (void)m;
+    *lda = trial % 2 ? 1104 : k + 1, *ldb = k + 3, *ldc = n + 2;
+}
+
 static void test_gemm_dot(void **state)
 {
     static const int ms[] = {1, 3, 4, 5, 16, 32}, ns[] = {1, 5, 6, 7, 13, 200, 1000}, ks[] = {0, 1, 17, 512, 1100};
-    enum { LDA = 1104, LDB = 1108, LDC = 1010, ROWS = 32 + 6 };
-    float *a = malloc(sizeof(float) * 32 * LDA), *b = malloc(sizeof(float) * 1000 * LDB),
-          *c = malloc(sizeof(float) * ROWS * LDC), *c0 = malloc(sizeof(float) * ROWS * LDC);
-    assert_true(a && b && c && c0);
-    for (int i = 0; i < 32 * LDA; i++) a[i] = (float)urand();
-    for (int i = 0; i < 1000 * LDB; i++) b[i] = (float)urand();
-    int prev = nb_get_num_threads(), trial = 0;
-    bool runs = nb_cpu_avx512();
-    for (int t = 1; t <= 2; t++) {
-        NBT_OK(nb_set_num_threads(t));
-        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++, trial++) {
-                    int m = ms[mi], n = ns[ni], k = ks[ki], lda = trial % 2 ? LDA : k + 1, ldb = k + 3, ldc = n + 2;
-                    float alpha = trial % 3 ? 1.0f : -0.5f;
-                    float beta = trial % 4 == 0 ? 0.0f : trial % 4 == 1 ? 1.0f : 0.25f;
-                    for (int i = 0; i < ROWS * LDC; i++) c[i] = beta != 0 ? (float)urand() : NAN;
-                    memcpy(c0, c, sizeof(float) * ROWS * LDC);
-                    bool ran = nb_cpu_gemm_dot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-                    assert_int_equal(ran, runs);
-                    check_own("gemm_dot", ran, false, true, m, n, k, alpha, beta, a, lda, b, ldb, c, c0, ldc, t);
-                }
-    }
-    NBT_OK(nb_set_num_threads(prev));
-    assert_false(nb_cpu_gemm_dot(GEMM_DOT_MAX_M + 1, 16, 16, 1.0f, a, LDA, b, LDB, 0.0f, c, LDC));
-    free(a), free(b), free(c), free(c0);
+    own_case oc = {"gemm_dot", nb_cpu_gemm_dot, false, true, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
+                   dot_lds, 32 * 1104, 1000 * 1103, 38 * 1002};
+    run_own(&oc);
+    float x[(GEMM_DOT_MAX_M + 1) * 16] = {0}, y[(GEMM_DOT_MAX_M + 1) * 16];
+    assert_false(nb_cpu_gemm_dot(GEMM_DOT_MAX_M + 1, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
