@@ -494,8 +494,8 @@ static void test_gemm_thin_k(void **state)
 
 /* NT for few rows (a linear layer's forward on a small batch), A [M, K], B [N, K]: M below, at
  * and past its groups of 4 rows up to its bound; N below, at and past its groups of 6 and past a
- * thread's share; K empty, below, at and past its vectors of 16 and its blocks of 512. Past its
- * bound on M it does not run. */
+ * thread's share; K empty, below (15: one lane short), at and past its vectors of 16 and its
+ * blocks of 512. Past its bound on M it does not run. */
 static void dot_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
 {
     (void)m;
@@ -504,7 +504,7 @@ static void dot_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc
 
 static void test_gemm_dot(void **state)
 {
-    static const int ms[] = {1, 3, 4, 5, 16, 32}, ns[] = {1, 5, 6, 7, 13, 200, 1000}, ks[] = {0, 1, 17, 512, 1100};
+    static const int ms[] = {1, 3, 4, 5, 16, 32}, ns[] = {1, 5, 6, 7, 13, 200, 1000}, ks[] = {0, 1, 15, 17, 512, 1100};
     own_case oc = {"gemm_dot", nb_cpu_gemm_dot, false, true, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
                    dot_lds, 32 * 1104, 1000 * 1103, 38 * 1002};
     run_own(&oc);

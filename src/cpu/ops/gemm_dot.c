@@ -18,9 +18,8 @@
 #include "cpu/cpu_impl.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/ops/gemm_own_impl.h"
 
-#define V512 __attribute__((target("avx512f")))
 #define NR 6 /* rows of B at a time */
 #define KC 512 /* K per block: B's 6 x 512, 12 KB, in L1 */
 
@@ -52,7 +51,7 @@ static inline V512 __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
         for (int64_t k = k0, l = 0; k < k1; k += 16, l += 2) {                                                 \
             if (l < npf) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);                                               \
             if (l + 1 < npf) _mm_prefetch(pf + 64 * (l + 1), _MM_HINT_T1);                                     \
-            __mmask16 mk = k1 - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k1 - k)) - 1);               \
+            __mmask16 mk = nb__lanes_left(k1 - k);                                                             \
             __m512 bv[NR] = {_mm512_maskz_loadu_ps(mk, b0 + k), _mm512_maskz_loadu_ps(mk, b1 + k),             \
                              _mm512_maskz_loadu_ps(mk, b2 + k), _mm512_maskz_loadu_ps(mk, b3 + k),             \
                              _mm512_maskz_loadu_ps(mk, b4 + k), _mm512_maskz_loadu_ps(mk, b5 + k)};            \

@@ -19,11 +19,9 @@
 #include "cpu/cpu_impl.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/ops/gemm_own_impl.h"
 
-#define V512 __attribute__((target("avx512f")))
 #define KC 64 /* K per block: B's block of 64 columns, 16 KB, stays in L1; a thread's packed K block in L2 */
-#define NCOL 64 /* columns per block: four vectors */
 #define NCHUNK 1024 /* columns a thread runs all of K over: a K block of them is 256 KB */
 
 /* C[r][j0 .. j0 + 64) for rows r of one group, over k in [k0, k1): with first (the K block
@@ -87,8 +85,7 @@ static V512 void rows_columns(int64_t m, int64_t k, float alpha, const float *a,
             for (int64_t blk = 0; blk < nblk; blk++) {
                 float *dst = pk + (blk * KC + (kk - k0)) * NCOL;
                 for (int v = 0; v < 4; v++) {
-                    int64_t left = j1 - (j0 + blk * NCOL + 16 * v);
-                    __mmask16 mk = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+                    __mmask16 mk = nb__lanes_left(j1 - (j0 + blk * NCOL + 16 * v));
                     _mm512_store_ps(dst + 16 * v, _mm512_maskz_loadu_ps(mk, row + blk * NCOL + 16 * v));
                 }
             }
@@ -102,10 +99,7 @@ static V512 void rows_columns(int64_t m, int64_t k, float alpha, const float *a,
         for (int64_t blk = 0; blk < nblk; blk++) {
             int64_t j = j0 + blk * NCOL;
             __mmask16 mask[4];
-            for (int v = 0; v < 4; v++) {
-                int64_t left = j1 - (j + 16 * v);
-                mask[v] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-            }
+            nb__block_lanes(j, j1, mask);
             /* groups of 6 rows, the last 1-6 */
             for (int64_t i = 0; i < m; i += 6) {
                 int mr = m - i < 6 ? (int)(m - i) : 6;

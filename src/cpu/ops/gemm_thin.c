@@ -19,11 +19,9 @@
 #include "cpu/cpu_impl.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "cpu/ops/gemm_own_impl.h"
 
-#define V512 __attribute__((target("avx512f")))
 #define MR 6 /* rows per group: 6 x 4 vectors of sums, 24 of the 32 registers */
-#define NCOL 64 /* columns per block: four vectors */
 #define MB 768 /* rows packed at a time: 768 x 64 floats, 192 KB, in L2 */
 #define STREAM_BYTES ((int64_t)2 << 20) /* C past this is not kept in cache: streaming stores */
 
@@ -82,10 +80,7 @@ static V512 void thin_part(int64_t k, float alpha, const float *a, int64_t lda, 
         }
         for (int64_t j = j0; j < j1; j += NCOL) {
             __mmask16 mask[4];
-            for (int v = 0; v < 4; v++) {
-                int64_t left = j1 - (j + 16 * v);
-                mask[v] = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-            }
+            nb__block_lanes(j, j1, mask);
             for (int64_t g = 0; g < groups; g++) {
                 int64_t i = ib + g * MR;
                 int mr = ie - i < MR ? (int)(ie - i) : MR;
