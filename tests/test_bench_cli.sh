@@ -206,7 +206,7 @@ fi
 # ---- --step-in-backward: a bad value is a usage error; on, the losses after two updates equal
 # those of the separate step (SGD with momentum and Adam: the same updates, made earlier), the
 # JSON says so, and the LSTM, which clips its gradients after backward, is a row with the reason ----
-expect 2 'bench: unknown --step-in-backward "yes" (expected on or off)' \
+expect 2 'bench: unknown --step-in-backward "yes" (expected on, off or auto)' \
     "$nabla" bench --model cnn --step-in-backward yes
 if "$nabla" bench --model fcn-r,cnn --threads 1 "${tiny[@]}" --format json > sb0.txt 2> sb.err &&
     "$nabla" bench --model fcn-r,cnn --threads 1 "${tiny[@]}" --format json --step-in-backward on > sb1.txt 2>> sb.err &&
@@ -224,6 +224,19 @@ if [[ $rc -eq 1 ]] && grep -q '"error": "lstm clips its gradients' sbl.txt && gr
     pass "--step-in-backward on: the LSTM's row says why it cannot run ($(head -c 200 sbl.err))"
 else
     fail "--step-in-backward on with the LSTM: exit $rc, $(head -c 400 sbl.txt) $(head -c 400 sbl.err)"
+fi
+# auto: on for the networks that do not clip (fcn-r: the same loss as with off), off for the LSTM,
+# which then runs
+if "$nabla" bench --model fcn-r,lstm --threads 1 --batch-size 2 --iters 2 --warmup 1 --format json \
+        --step-in-backward auto > sba.txt 2> sba.err &&
+    grep '"model": "fcn-r"' sba.txt | grep -q '"step_in_backward": true' &&
+    grep '"model": "lstm"' sba.txt | grep -q '"step_in_backward": false' && ! grep -q '"error"' sba.txt &&
+    "$nabla" bench --model fcn-r --threads 1 --batch-size 2 --iters 2 --warmup 1 --format json > sbo.txt 2>> sba.err &&
+    paste -d'\n' sbo.txt <(grep '"model": "fcn-r"' sba.txt) | sed -E 's/.*"loss": ([^,}]*).*/\1/' | paste - - |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-7) exit 1 }'; then
+    pass "--step-in-backward auto: on for fcn-r (the same loss as off), off for the LSTM, which runs"
+else
+    fail "--step-in-backward auto: $(head -c 800 sba.txt) $(head -c 400 sba.err)"
 fi
 # ---- --cuda-graph: a bad value is a usage error; on the CPU, a row that says why it cannot run ----
 expect 2 'bench: unknown --cuda-graph "1" (expected on or off)' "$nabla" bench --model cnn --cuda-graph 1

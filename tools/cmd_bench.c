@@ -28,12 +28,14 @@
  * the JSON records the one used. --step-in-backward on makes each optimizer step in backward
  * (nb_optim_step_in_backward; torch_bench.py's flag of the same name does PyTorch's recipe for it):
  * the timed iteration is the same, and its nb_optim_step finds nothing left to do. Networks that
- * clip their gradients (the LSTM) cannot run that way. --cuda-graph on (a CUDA device only) warms
- * up as usual, then takes one eager step on a CUDA graph's stream and captures one step
- * (nb_cuda_graph_capture_begin/end; torch_bench.py's flag of the same name does PyTorch's
- * whole-network capture); each timed iteration is then a replay and the loss read back (with
- * --data real, the loader's batch copied into the captured step's inputs first). The LSTM's
- * carried state is copied back at the end of each replay (its model does that when captured). */
+ * clip their gradients (the LSTM) cannot run that way; --step-in-backward auto turns it on for
+ * the networks that can (and off with --cuda-graph on), and the JSON records which ran so.
+ * --cuda-graph on (a CUDA device only) warms up as usual, then takes one eager step on a CUDA
+ * graph's stream and captures one step (nb_cuda_graph_capture_begin/end; torch_bench.py's flag of
+ * the same name does PyTorch's whole-network capture); each timed iteration is then a replay and
+ * the loss read back (with --data real, the loader's batch copied into the captured step's inputs
+ * first). The LSTM's carried state is copied back at the end of each replay (its model does that
+ * when captured). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,7 @@ typedef struct bench_result {
     int64_t batch, params;
     double med, q1, q3, lo, hi, loss, rss_mb, alloc_mb;
     int64_t warmup_added; /* iterations added to --warmup while the CPU tuners timed */
+    bool sib;             /* the optimizer stepped in backward */
     bool ok;
     char err[256];
 } bench_result;
@@ -94,6 +97,7 @@ typedef struct bench {
     nb_profile_mode profile; /* with --profile (o.profile set) */
     bool channels_last;      /* --memory-format channels_last */
     bool step_in_backward;   /* --step-in-backward on */
+    bool sib_auto;           /* --step-in-backward auto: on for the networks that do not clip */
     bool cuda_graph;         /* --cuda-graph on */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
@@ -114,6 +118,7 @@ typedef struct bench_net {
     nb_data_loader *loader;
     nb_cuda_graph *graph; /* --cuda-graph on: the captured step, its loss and static inputs */
     nb_tensor *gloss, *gx, *gy;
+    bool sib; /* the optimizer steps in backward (--step-in-backward on, or auto and no clipping) */
 } bench_net;
 
 static bool is_lstm(const bench_spec *s) { return !s->zoo; }
@@ -186,9 +191,10 @@ static int setup(bench *b)
         return cli_fail(CLI_USAGE, "bench: unknown --memory-format \"%s\" (expected contiguous or channels_last)", mf);
     b->channels_last = mf && !strcmp(mf, "channels_last");
     const char *sb = b->o.step_in_backward;
-    if (sb && strcmp(sb, "on") && strcmp(sb, "off"))
-        return cli_fail(CLI_USAGE, "bench: unknown --step-in-backward \"%s\" (expected on or off)", sb);
+    if (sb && strcmp(sb, "on") && strcmp(sb, "off") && strcmp(sb, "auto"))
+        return cli_fail(CLI_USAGE, "bench: unknown --step-in-backward \"%s\" (expected on, off or auto)", sb);
     b->step_in_backward = sb && !strcmp(sb, "on");
+    b->sib_auto = sb && !strcmp(sb, "auto");
     const char *cg = b->o.cuda_graph;
     if (cg && strcmp(cg, "on") && strcmp(cg, "off"))
         return cli_fail(CLI_USAGE, "bench: unknown --cuda-graph \"%s\" (expected on or off)", cg);
@@ -369,7 +375,8 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, const ben
         }
         if (ok) nb_module_parameters(n->m, n->params, n->n_params);
         ok = ok && (n->opt = make_optim(s, n->params, n->n_params));
-        if (ok && b->step_in_backward) {
+        n->sib = b->step_in_backward || (b->sib_auto && s->clip <= 0 && !b->cuda_graph);
+        if (ok && n->sib) {
             if (s->clip > 0) {
                 nb_generator_free(g);
                 snprintf(err, cap, "%s clips its gradients' norm to %g after backward, which --step-in-backward on "
@@ -457,8 +464,8 @@ static nb_status replay(bench_net *n, nb_device dev, double *loss_out)
 static nb_status capture(bench_net *n, const bench *b, char *err, size_t cap)
 {
     const char *why = b->dev.type != NB_DEVICE_CUDA ? "cuda graphs need a CUDA device"
-                      : b->step_in_backward         ? "--cuda-graph on and --step-in-backward on are not supported together"
-                                                    : NULL;
+                      : n->sib ? "--cuda-graph on and --step-in-backward on are not supported together"
+                               : NULL;
     if (why) {
         snprintf(err, cap, "%s", why);
         return NB_ERR_UNSUPPORTED;
@@ -510,7 +517,7 @@ static double peak_rss_mb(void)
 /* Warm-up, then the timed iterations of one (network, thread count) into r. */
 static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
 {
-    *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .loss = NAN};
+    *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .loss = NAN, .sib = n->sib};
     r->params = n->m ? nb_module_num_parameters(n->m) : 0;
     int64_t iters = b->o.iters;
     double *t = malloc((size_t)iters * sizeof *t);
@@ -575,7 +582,8 @@ static void time_net(bench *b, bench_net *n, int threads, bench_result *r)
         qsort(t, (size_t)iters, sizeof *t, cmp_double);
         int k = (int)iters;
         *r = (bench_result){.s = n->s, .threads = threads, .batch = n->batch, .params = r->params,
-                            .loss = r->loss, .ok = true, .warmup_added = extra, .lo = t[0], .hi = t[k - 1],
+                            .loss = r->loss, .ok = true, .warmup_added = extra, .sib = n->sib, .lo = t[0],
+                            .hi = t[k - 1],
                             .med = quantile(t, k, 0.5), .q1 = quantile(t, k, 0.25), .q3 = quantile(t, k, 0.75),
                             .rss_mb = peak_rss_mb()};
         nb_memory_stats ms;
@@ -622,7 +630,7 @@ static void print_json(const bench *b, const bench_result *r)
     json_str("device", b->dev_name);
     json_str("memory_format", b->channels_last ? "channels_last" : "contiguous");
     json_str("conv_algo", nb_conv_algo_name(nb_get_conv_algo()));
-    printf("\"step_in_backward\": %s, ", b->step_in_backward ? "true" : "false");
+    printf("\"step_in_backward\": %s, ", r->sib ? "true" : "false");
     printf("\"cuda_graph\": %s, ", b->cuda_graph ? "true" : "false");
     printf("\"threads\": %d, \"batch\": %lld, \"iters\": %lld, \"warmup\": %lld, ", r->threads,
            (long long)r->batch, (long long)b->o.iters, (long long)b->o.warmup);

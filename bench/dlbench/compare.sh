@@ -16,7 +16,8 @@
 #                                 [--batch-size N] [--data synthetic|real] [--data-dir DIR]
 #                                 [--rounds N] [--results DIR] [--build-dir DIR]
 #                                 [--memory-format F] [--torch-memory-format F]
-#                                 [--step-in-backward on|off] [--cuda-graph on|off]
+#                                 [--step-in-backward on|off|auto] [--torch-step-in-backward on|off|auto]
+#                                 [--cuda-graph on|off]
 #                                 [--no-build] [--no-peak] [--plain-env]
 #   --model      networks (default: the seven DLBench ones: fcn-s,alexnet-s,resnet-50,fcn-r,
 #                alexnet-r,resnet-56,lstm; also cnn, resnet20)
@@ -27,8 +28,11 @@
 #                resnet-56 and resnet20 (default: synthetic)
 #   --memory-format contiguous|channels_last   both sides' layout for the image networks
 #                (default contiguous); --torch-memory-format then sets PyTorch's alone
-#   --step-in-backward on|off   both sides step each parameter in backward (nabla:
-#                nb_optim_step_in_backward; PyTorch: its post-accumulate-grad hook recipe); default off
+#   --step-in-backward on|off|auto   both sides step each parameter in backward (nabla:
+#                nb_optim_step_in_backward; PyTorch: its post-accumulate-grad hook recipe); auto: on
+#                for the networks that do not clip their gradients (all but lstm); default off.
+#                --torch-step-in-backward then sets PyTorch's alone (its recipe makes PyTorch slower
+#                on the CPU, docs/BENCHMARKS.md, so each side's faster mode is auto / off)
 #   --cuda-graph on|off   both sides capture the training step once as a CUDA graph and time its
 #                replays (PyTorch: its whole-network capture recipe); default off. A GPU only, and
 #                compare.sh runs both programs on their default device, the CPU, where PyTorch's
@@ -57,6 +61,7 @@ rounds=1
 mf_nabla=contiguous
 mf_torch=contiguous
 sib=off
+sib_torch=off
 cg=off
 results=""
 build_dir="$root/build-bench"
@@ -74,7 +79,8 @@ while [ $# -gt 0 ]; do
     --data-dir) data+=(--data-dir "$2"); shift ;;
     --memory-format) mf_nabla="$2"; mf_torch="$2"; shift ;;
     --torch-memory-format) mf_torch="$2"; shift ;;
-    --step-in-backward) sib="$2"; shift ;;
+    --step-in-backward) sib="$2"; sib_torch="$2"; shift ;;
+    --torch-step-in-backward) sib_torch="$2"; shift ;;
     --cuda-graph) cg="$2"; shift ;;
     --rounds) rounds="$2"; shift ;;
     --results) results="$2"; shift ;;
@@ -87,7 +93,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[[ "$sib" =~ ^(on|off)$ ]] || { echo "compare: --step-in-backward: expected on or off, got \"$sib\"" >&2; exit 2; }
+for v in "$sib" "$sib_torch"; do
+  [[ "$v" =~ ^(on|off|auto)$ ]] ||
+    { echo "compare: --step-in-backward: expected on, off or auto, got \"$v\"" >&2; exit 2; }
+done
 [[ "$cg" =~ ^(on|off)$ ]] || { echo "compare: --cuda-graph: expected on or off, got \"$cg\"" >&2; exit 2; }
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --rounds: expected an integer >= 1, got \"$rounds\"" >&2; exit 2; }
 [[ "$threads" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
@@ -135,22 +144,23 @@ run_env() { # threads, command...: the command with the benchmark environment
   fi
   echo "command: bench/dlbench/compare.sh --model $models --threads $threads --iters $iters --warmup $warmup" \
     "${batch[*]} ${data[*]} --rounds $rounds --memory-format $mf_nabla --torch-memory-format $mf_torch" \
-    "--step-in-backward $sib --cuda-graph $cg" \
+    "--step-in-backward $sib --torch-step-in-backward $sib_torch --cuda-graph $cg" \
     "$([ "$plain" -eq 1 ] && echo ' --plain-env')"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$results/env.txt"
 cat "$results/env.txt" >&2
 
-common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" "${data[@]}" --step-in-backward "$sib" --cuda-graph "$cg"
-        --format json)
+common=(--iters "$iters" --warmup "$warmup" "${batch[@]}" "${data[@]}" --cuda-graph "$cg" --format json)
 status=0
 pair() { # model threads outfile-suffix
   local m=$1 t=$2 out=${3:-}
   log "nabla $m, $t thread(s)"
-  run_env "$t" "$nabla" bench --model "$m" --threads "$t" --memory-format "$mf_nabla" "${common[@]}" \
+  run_env "$t" "$nabla" bench --model "$m" --threads "$t" --memory-format "$mf_nabla" --step-in-backward "$sib" \
+    "${common[@]}" \
     >>"$results/${out:-nabla}.jsonl" || status=1
   log "pytorch $m, $t thread(s)"
-  run_env "$t" "$py" "$here/torch_bench.py" --model "$m" --threads "$t" --memory-format "$mf_torch" "${common[@]}" \
+  run_env "$t" "$py" "$here/torch_bench.py" --model "$m" --threads "$t" --memory-format "$mf_torch" \
+    --step-in-backward "$sib_torch" "${common[@]}" \
     >>"$results/${out:-torch}.jsonl" || status=1
 }
 IFS=, read -r -a tlist <<<"$threads"

@@ -2,12 +2,14 @@
 
 usage: .venv-bench/bin/python bench/dlbench/torch_bench.py [--model a,b,...] [--device cpu|cuda[:N]]
            [--threads 1,2,...] [--batch-size N] [--warmup N] [--iters N] [--format json|csv|table]
-           [--seed N] [--cudnn-benchmark on|off] [--step-in-backward on|off] [--cuda-graph on|off]
+           [--seed N] [--cudnn-benchmark on|off] [--step-in-backward on|off|auto]
+           [--cuda-graph on|off]
 
 --step-in-backward on steps each parameter in backward, as soon as its gradient is whole, with
 PyTorch's recipe ("How to save memory by fusing the optimizer step into the backward pass"): one
 optimizer per parameter, stepped and zeroed by a register_post_accumulate_grad_hook; the
-iteration's optimizer step then has nothing left to do (nabla's flag of the same name).
+iteration's optimizer step then has nothing left to do (nabla's flag of the same name). auto: on
+for the networks that do not clip their gradients (all but lstm), off with --cuda-graph on.
 
 --cuda-graph on (a GPU only) times the iteration as PyTorch's "whole network capture" recipe
 (torch.cuda.graphs, CUDA Graphs in the CUDA semantics notes): max(3, --warmup) warm-up iterations
@@ -181,6 +183,8 @@ class Net:
         self.opt = make(ps)
         if cuda_graph and kind == "adam":  # its warm-up steps run uncaptured, as the recipe's do
             warnings.filterwarnings("ignore", message="This instance was constructed with capturable=True")
+        if step_in_backward == "auto":
+            step_in_backward = self.clip <= 0 and not cuda_graph
         self.step_in_backward = step_in_backward
         if step_in_backward:
             if self.clip > 0:
@@ -380,8 +384,9 @@ def main():
     ap.add_argument("--cudnn-benchmark", default="on", choices=["on", "off"],
                     help="on a GPU: torch.backends.cudnn.benchmark, cuDNN's timed search per shape (nabla's "
                          "convolutions always search); default on")
-    ap.add_argument("--step-in-backward", default="off", choices=["on", "off"],
-                    help="on: each parameter steps in backward (register_post_accumulate_grad_hook)")
+    ap.add_argument("--step-in-backward", default="off", choices=["on", "off", "auto"],
+                    help="on: each parameter steps in backward (register_post_accumulate_grad_hook); auto: "
+                         "on for the networks that do not clip their gradients")
     ap.add_argument("--cuda-graph", default="off", choices=["on", "off"],
                     help="on (a GPU only): the step captured once as a CUDA graph and replayed (PyTorch's "
                          "whole-network capture recipe)")
@@ -417,8 +422,9 @@ def main():
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
+            sib = "auto" if args.step_in_backward == "auto" else args.step_in_backward == "on"
             net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format,
-                      args.step_in_backward == "on", args.cuda_graph == "on")
+                      sib, args.cuda_graph == "on")
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
