@@ -31,8 +31,8 @@
 #   --step-in-backward on|off|auto   both sides step each parameter in backward (nabla:
 #                nb_optim_step_in_backward; PyTorch: its post-accumulate-grad hook recipe); auto: on
 #                for the networks that do not clip their gradients (all but lstm); default off.
-#                --torch-step-in-backward then sets PyTorch's alone (its recipe makes PyTorch slower
-#                on the CPU, docs/BENCHMARKS.md, so each side's faster mode is auto / off)
+#                --torch-step-in-backward then sets PyTorch's alone (its recipe does not make PyTorch
+#                faster on the CPU, docs/BENCHMARKS.md, so each side's faster mode is auto / off)
 #   --cuda-graph on|off   both sides capture the training step once as a CUDA graph and time its
 #                replays (PyTorch: its whole-network capture recipe); default off. A GPU only, and
 #                compare.sh runs both programs on their default device, the CPU, where PyTorch's
