@@ -298,6 +298,58 @@ static void test_threads(void **state)
     nb_scope_end(s);
 }
 
+/* On the CPU the cell kernels make the step's product with W_hh themselves, each thread its own
+ * rows: against the plain kernels after a separate matrix product (nb_matmul), at 1 and 2 threads,
+ * for a batch whose rows split across threads (B * H = 2^17) and one that does not. */
+static void fused_product_case(int64_t B, int threads)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(11);
+    int64_t H = 256, G = 4 * H;
+    nb_tensor *whh = NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[2]){G, H}, 2, NULL), 0.1));
+    nb_tensor *wt = NBT_CHECK(nb_contiguous(nb_t(whh)));
+    nb_tensor *xp = NBT_CHECK(nb_randn((int64_t[3]){2, B, G}, 3, NULL));
+    nb_tensor *y0 = NBT_CHECK(nb_randn((int64_t[4]){2, 3, B, H}, 4, NULL));
+    nb_tensor *act0 = NBT_CHECK(nb_randn((int64_t[3]){2, B, G}, 3, NULL));
+    nb_tensor *gy = NBT_CHECK(nb_randn((int64_t[4]){2, 3, B, H}, 4, NULL));
+    nb_tensor *dhc0 = NBT_CHECK(nb_randn((int64_t[3]){2, B, H}, 3, NULL));
+    int prev = nb_get_num_threads();
+    NBT_OK(nb_set_num_threads(threads));
+    /* forward, step 1: act[1] = Y[0, 1] W_hh^T, then the cells */
+    nb_tensor *y_f = NBT_CHECK(nb_clone(y0)), *act_f = NBT_CHECK(nb_clone(act0));
+    nb_kargs f = {.out = y_f, .out2 = act_f, .in = {xp, wt}, .i0 = 1, .flag = true};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &f));
+    nb_tensor *y_p = NBT_CHECK(nb_clone(y0)), *act_p = NBT_CHECK(nb_clone(act0));
+    nb_tensor *prod = NBT_CHECK(nb_matmul(nb_select(nb_select(y0, 0, 0), 0, 1), nb_t(whh)));
+    NBT_OK(nb_copy_(nb_select(act_p, 0, 1), prod));
+    nb_kargs fp = {.out = y_p, .out2 = act_p, .in = {xp}, .i0 = 1, .flag = true};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &fp));
+    nbt_assert_close(y_f, y_p, 1e-5, 1e-6, "fused forward: h and c");
+    nbt_assert_close(act_f, act_p, 1e-5, 1e-6, "fused forward: gates");
+    /* backward, step 1: the gate gradients, then dh = dgates[1] W_hh */
+    nb_tensor *dg_f = NBT_CHECK(nb_zeros((int64_t[3]){2, B, G}, 3, NULL)), *dhc_f = NBT_CHECK(nb_clone(dhc0));
+    nb_kargs b = {.out = dg_f, .out2 = dhc_f, .in = {gy, y_p, act_p, whh}, .i0 = 1};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &b));
+    nb_tensor *dg_p = NBT_CHECK(nb_zeros((int64_t[3]){2, B, G}, 3, NULL)), *dhc_p = NBT_CHECK(nb_clone(dhc0));
+    nb_kargs bp = {.out = dg_p, .out2 = dhc_p, .in = {gy, y_p, act_p}, .i0 = 1};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &bp));
+    NBT_OK(nb_copy_(nb_select(dhc_p, 0, 0), NBT_CHECK(nb_matmul(nb_select(dg_p, 0, 1), whh))));
+    NBT_OK(nb_set_num_threads(prev));
+    nbt_assert_close(dg_f, dg_p, 0, 0, "fused backward: gate gradients");
+    /* dh sums 4H = 1024 products, in another order than nb_matmul's */
+    nbt_assert_close(dhc_f, dhc_p, 1e-4, 1e-5, "fused backward: dh and dc");
+    nb_scope_end(s);
+}
+
+static void test_fused_product(void **state)
+{
+    (void)state;
+    for (int threads = 1; threads <= 2; threads++) {
+        fused_product_case(512, threads);
+        fused_product_case(3, threads);
+    }
+}
+
 /* The fused kernels check their operands (callers inside nabla always pass good ones). */
 static void test_kernel_checks(void **state)
 {
@@ -320,6 +372,9 @@ static void test_kernel_checks(void **state)
     NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &b) != NB_OK, NB_ERR_INTERNAL, "lstm_cell_backward",
               "bad operands", NULL);
     nb_tensor *yi = NBT_CHECK(nb_zeros((int64_t[4]){2, 3, 2, 4}, 4, &(nb_tensor_params){.dtype = NB_INT64}));
+    nb_kargs w = {.out = y, .out2 = act, .in = {xp, act}, .i0 = 1, .flag = true};
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &w) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "product's weight",
+              "contiguous [4, 16]", NULL);
     nb_kargs d = {.out = yi, .out2 = xi, .in = {xi}};
     NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &d) != NB_OK, NB_ERR_DTYPE, "lstm_cell", "int64", "float32/float64",
               NULL);
@@ -382,7 +437,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference), cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_init_and_names),
         cmocka_unit_test(test_no_grad),   cmocka_unit_test(test_errors),        cmocka_unit_test(test_one_state),
-        cmocka_unit_test(test_threads),   cmocka_unit_test(test_kernel_checks),
+        cmocka_unit_test(test_threads),   cmocka_unit_test(test_fused_product), cmocka_unit_test(test_kernel_checks),
     };
     return NBT_RUN(tests);
 }

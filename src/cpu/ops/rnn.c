@@ -1,27 +1,44 @@
-/* Kernels of the rnn family: the pointwise part of one LSTM step, forward and backward (the
- * matrix products around them are BMM calls made by src/nn/lstm.c and rules_rnn.c).
+/* Kernels of the rnn family: the pointwise part of one LSTM step, forward and backward, and on
+ * the CPU optionally the step's product with W_hh as well (else the products around them are BMM
+ * calls made by src/nn/lstm.c and rules_rnn.c).
  *   LSTM_CELL           out Y [2, T+1, B, H] (Y[0] = h, Y[1] = c; t = 0 the initial state),
  *                       out2 act [T, B, 4H], in[0] xp [T, B, 4H]; step t = i0. With flag, act[t]
  *                       holds h_{t-1} W_hh^T on entry (else that product counts as 0). Gates
  *                       z = xp[t] + act[t] in PyTorch's order (i, f, g, o); writes
  *                       act[t] = (sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)),
  *                       c_t = f c_{t-1} + i g into Y[1, t+1] and h_t = o tanh(c_t) into Y[0, t+1].
+ *                       With in[1] = W_hh^T [H, 4H] (contiguous) and flag, the kernel makes
+ *                       act[t] = h_{t-1} W_hh^T itself first.
  *   LSTM_CELL_BACKWARD  out dgates [T, B, 4H], out2 dhc [2, B, H], in = (gY, Y, act), step i0.
  *                       On entry dhc holds the gradients reaching h_t (from step t+1's gates) and
  *                       c_t; gY[., t+1] is added to them. Writes the gate gradients dgates[t] and
- *                       dhc[1] = dc f (for c_{t-1}); dhc[0] is left for the caller's BMM.
+ *                       dhc[1] = dc f (for c_{t-1}); dhc[0] is left for the caller's BMM, or,
+ *                       with in[3] = W_hh [4H, H] (contiguous), made here: dgates[t] W_hh.
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
  * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
- * the batch are split across threads, one per 2^13 cells of a step. */
+ * the batch are split across threads, one per 2^13 cells of a step; with the product, each thread
+ * multiplies its own rows (one sgemm on one thread each) before or after their cells, so that a
+ * step is one OpenMP region instead of two. On the Intel Xeon with 2 threads and
+ * OMP_WAIT_POLICY=PASSIVE the second thread sleeps between regions, and waking it for the cells
+ * cost as much as they saved: a cell step took 0.14 ms at 1 and at 2 threads (docs/BENCHMARKS.md,
+ * session 25). */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "cpu/blas_impl.h"
 #include "cpu/cpu_impl.h"
 #include "cpu/ops/exp512_impl.h"
 #include "cpu/ops/unary_math_impl.h"
@@ -30,6 +47,7 @@ typedef struct cell_ptrs {
     int64_t B, H;
     const char *xp, *g;        /* xp[t] (forward) or gY (backward) */
     char *act, *y, *out, *dhc; /* act[t], Y, dgates[t], dhc */
+    const char *w;             /* W_hh^T (forward) or W_hh (backward) for the step's product, or NULL */
     int64_t t, T;
     bool flag;
 } cell_ptrs;
@@ -195,6 +213,39 @@ __attribute__((target("avx512f"))) static void bwd_row_avx512(const cell_ptrs *p
 
 #endif
 
+/* ---- the step's product ---------------------------------------------------------------------- */
+
+/* Rows [b0, b1) of the step's product on the calling thread (inside the kernel's OpenMP region the
+ * libraries run on one thread): forward act[t] = h_{t-1} W_hh^T ([rows, H] x [H, 4H]), backward
+ * dhc[0] = dgates[t] W_hh ([rows, 4H] x [4H, H]). Nonzero when oneDNN's sgemm failed. */
+static int step_product(const cell_ptrs *p, nb_dtype dt, bool fwd, int64_t b0, int64_t b1, bool tuned)
+{
+    int64_t H = p->H, m = b1 - b0, n = fwd ? 4 * H : H, k = fwd ? H : 4 * H;
+    size_t es = nb_dtype_size(dt);
+    /* forward: h_{t-1} is Y[0, t]; backward: dgates[t] is p->out, dh is dhc[0] */
+    const char *x = fwd ? p->y + (size_t)((p->t * p->B + b0) * H) * es : p->out + (size_t)(b0 * k) * es;
+    char *c = fwd ? p->act + (size_t)(b0 * n) * es : p->dhc + (size_t)(b0 * n) * es;
+    if (dt == NB_FLOAT64) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0, (const double *)x,
+                    (int)k, (const double *)p->w, (int)n, 0.0, (double *)c, (int)n);
+        return 0;
+    }
+    if (tuned) /* outside a region: the gemm kernel's way for the shape, on all the threads */
+        return nb_cpu_sgemm('N', 'N', m, n, k, 1.0f, (const float *)x, k, (const float *)p->w, n, 0.0f, (float *)c,
+                            n) != dnnl_success;
+    return dnnl_sgemm('N', 'N', m, n, k, 1.0f, (const float *)x, k, (const float *)p->w, n, 0.0f, (float *)c, n) !=
+           dnnl_success;
+}
+
+static int omp_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
 /* ---- entry ----------------------------------------------------------------------------------- */
 
 typedef void (*row_fn)(const cell_ptrs *p, int64_t b);
@@ -251,13 +302,41 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
         p.dhc = nb__data(a->out2);
     }
     row_fn fn = pick(fwd, a->out->dtype);
+    const nb_tensor *w = fwd ? (p.flag ? a->in[1] : NULL) : a->in[3];
+    if (w) {
+        int64_t want[2] = {fwd ? H : 4 * H, fwd ? 4 * H : H};
+        if (w->ndim != 2 || w->shape[0] != want[0] || w->shape[1] != want[1] || w->dtype != a->out->dtype ||
+            !nb__is_contiguous(w))
+            return nb__err(NB_ERR_INTERNAL, "%s: the product's weight is not a contiguous [%lld, %lld] %s",
+                           nb__op_name(op), (long long)want[0], (long long)want[1], nb_dtype_name(a->out->dtype));
+        p.w = nb__data(w);
+    }
     /* Steps from 2^13 cells per thread split across the threads. The step's GEMM just before
      * ran on all of them, so its output lies in several cores' caches: run on one thread, the
      * DLBench LSTM's step (B * H = 32768) took 0.10 ms alone but 0.16 ms (backward 0.15) with 2
      * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
      * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
     int nt = nb_cpu_threads_for(B * H, 1 << 13);
+    if (!p.w) {
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t b = 0; b < B; b++) fn(&p, b);
+        for (int64_t b = 0; b < B; b++) fn(&p, b);
+        return NB_OK;
+    }
+    int failed = 0;
+    if (nt == 1) { /* no region to share: the product as the BMM kernel would make it, then the rows */
+        if (fwd) failed = step_product(&p, a->out->dtype, true, 0, B, true);
+        for (int64_t b = 0; !failed && b < B; b++) fn(&p, b);
+        if (!fwd && !failed) failed = step_product(&p, a->out->dtype, false, 0, B, true);
+    } else {
+#pragma omp parallel num_threads(nt) reduction(| : failed)
+        {
+            int n = omp_threads(), id = nb_cpu_thread_num();
+            int64_t b0 = B * id / n, b1 = B * (id + 1) / n;
+            if (fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, true, b0, b1, false);
+            for (int64_t b = b0; b < b1; b++) fn(&p, b);
+            if (!fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, false, b0, b1, false);
+        }
+    }
+    if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
 }
