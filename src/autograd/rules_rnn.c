@@ -12,11 +12,11 @@ static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, co
 {
     int64_t T = act->shape[0];
     bool fused = act->storage->device.type == NB_DEVICE_CPU;
-    nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = nb_unsqueeze(whh, 0), *wc = fused ? nb_contiguous(whh) : NULL;
-    if (!dh || !w || (fused && !wc)) return nb_last_status();
+    nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = fused ? nb_contiguous(whh) : nb_unsqueeze(whh, 0);
+    if (!dh || !w) return nb_last_status();
     for (int64_t t = T - 1; t >= 0; t--) {
         bool product = t > 0 || need_h0;
-        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act, fused && product ? wc : NULL}, .i0 = t};
+        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act, fused && product ? w : NULL}, .i0 = t};
         NB_TRY(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k));
         if (!product) break;
         if (fused) continue;

@@ -237,15 +237,6 @@ static int step_product(const cell_ptrs *p, nb_dtype dt, bool fwd, int64_t b0, i
            dnnl_success;
 }
 
-static int omp_threads(void)
-{
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 /* ---- entry ----------------------------------------------------------------------------------- */
 
 typedef void (*row_fn)(const cell_ptrs *p, int64_t b);
@@ -330,7 +321,11 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     } else {
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
-            int n = omp_threads(), id = nb_cpu_thread_num();
+#ifdef _OPENMP
+            int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+            int64_t id = 0, n = 1;
+#endif
             int64_t b0 = B * id / n, b1 = B * (id + 1) / n;
             if (fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, true, b0, b1, false);
             for (int64_t b = b0; b < b1; b++) fn(&p, b);
