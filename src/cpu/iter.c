@@ -85,6 +85,17 @@ int nb_cpu_thread_num(void)
 #endif
 }
 
+void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi)
+{
+#ifdef _OPENMP
+    int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+    int64_t t = 0, n = 1;
+#endif
+    *lo = count * t / n;
+    *hi = count * (t + 1) / n;
+}
+
 void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops, char *const *base,
                       const int64_t (*strides)[NB_MAX_DIMS])
 {
@@ -231,12 +242,8 @@ void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int6
     }
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-        int t = 0, n = 1;
-#endif
-        int64_t r0 = rows * t / n, r1 = rows * (t + 1) / n;
+        int64_t r0, r1;
+        nb_cpu_thread_share(rows, &r0, &r1);
         if (r0 < r1) run_rows(it, r0, r1, loop, ctx);
     }
 }

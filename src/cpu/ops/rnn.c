@@ -30,10 +30,6 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -321,12 +317,8 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     } else {
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
-#ifdef _OPENMP
-            int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-            int64_t id = 0, n = 1;
-#endif
-            int64_t b0 = B * id / n, b1 = B * (id + 1) / n;
+            int64_t b0, b1;
+            nb_cpu_thread_share(B, &b0, &b1);
             if (fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, true, b0, b1, false);
             for (int64_t b = b0; b < b1; b++) fn(&p, b);
             if (!fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, false, b0, b1, false);
