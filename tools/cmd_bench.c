@@ -96,8 +96,7 @@ typedef struct bench {
     char dev_name[32];
     nb_profile_mode profile; /* with --profile (o.profile set) */
     bool channels_last;      /* --memory-format channels_last */
-    bool step_in_backward;   /* --step-in-backward on */
-    bool sib_auto;           /* --step-in-backward auto: on for the networks that do not clip */
+    enum { SIB_OFF, SIB_ON, SIB_AUTO } sib; /* --step-in-backward; auto: on where no clipping */
     bool cuda_graph;         /* --cuda-graph on */
     const bench_spec *models[MAX_RUNS];
     int n_models, threads[MAX_THREADS], n_threads;
@@ -193,8 +192,7 @@ static int setup(bench *b)
     const char *sb = b->o.step_in_backward;
     if (sb && strcmp(sb, "on") && strcmp(sb, "off") && strcmp(sb, "auto"))
         return cli_fail(CLI_USAGE, "bench: unknown --step-in-backward \"%s\" (expected on, off or auto)", sb);
-    b->step_in_backward = sb && !strcmp(sb, "on");
-    b->sib_auto = sb && !strcmp(sb, "auto");
+    b->sib = !sb || !strcmp(sb, "off") ? SIB_OFF : !strcmp(sb, "on") ? SIB_ON : SIB_AUTO;
     const char *cg = b->o.cuda_graph;
     if (cg && strcmp(cg, "on") && strcmp(cg, "off"))
         return cli_fail(CLI_USAGE, "bench: unknown --cuda-graph \"%s\" (expected on or off)", cg);
@@ -375,7 +373,7 @@ static bool net_init(bench_net *n, const bench_spec *s, int64_t batch, const ben
         }
         if (ok) nb_module_parameters(n->m, n->params, n->n_params);
         ok = ok && (n->opt = make_optim(s, n->params, n->n_params));
-        n->sib = b->step_in_backward || (b->sib_auto && s->clip <= 0 && !b->cuda_graph);
+        n->sib = b->sib == SIB_ON || (b->sib == SIB_AUTO && s->clip <= 0 && !b->cuda_graph);
         if (ok && n->sib) {
             if (s->clip > 0) {
                 nb_generator_free(g);

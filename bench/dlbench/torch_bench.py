@@ -132,7 +132,7 @@ class Net:
     DataLoader over the training set gives each iteration's batch)."""
 
     def __init__(self, name, batch, seed, device, data="synthetic", data_dir=None, memory_format="contiguous",
-                 step_in_backward=False, cuda_graph=False):
+                 step_in_backward="off", cuda_graph=False):
         c, h, w, classes, _, _, opt, _ = SPECS[name]
         self.name, self.batch, self.device, self.state = name, batch, device, None
         self.cuda_graph, self.graph = cuda_graph, None
@@ -146,7 +146,7 @@ class Net:
         if cuda_graph:
             if device.type != "cuda":
                 raise ValueError("--cuda-graph on: cuda graphs need a CUDA device")
-            if step_in_backward:
+            if step_in_backward == "on":
                 raise ValueError("--cuda-graph on and --step-in-backward on are not supported together")
         if name == "lstm":
             from torch_lm import LSTMLM
@@ -183,8 +183,9 @@ class Net:
         self.opt = make(ps)
         if cuda_graph and kind == "adam":  # its warm-up steps run uncaptured, as the recipe's do
             warnings.filterwarnings("ignore", message="This instance was constructed with capturable=True")
-        if step_in_backward == "auto":
-            step_in_backward = self.clip <= 0 and not cuda_graph
+        # "on", "off" or "auto" (on where the network does not clip its gradients)
+        step_in_backward = step_in_backward == "on" or (step_in_backward == "auto" and self.clip <= 0
+                                                        and not cuda_graph)
         self.step_in_backward = step_in_backward
         if step_in_backward:
             if self.clip > 0:
@@ -422,9 +423,8 @@ def main():
     for name in models:
         batch = args.batch_size if args.batch_size and name != "sgemm" else SPECS[name][4]
         try:
-            sib = "auto" if args.step_in_backward == "auto" else args.step_in_backward == "on"
             net = Net(name, batch, args.seed, device, args.data, args.data_dir, args.memory_format,
-                      sib, args.cuda_graph == "on")
+                      args.step_in_backward, args.cuda_graph == "on")
         except Exception as e:  # a network the installed torch_models lacks: say so, go on
             print(f"torch_bench: {name}: {e}", file=sys.stderr)
             status = 1
