@@ -346,6 +346,101 @@ static void test_few_rows_matmul(void **state)
     assert_true(nb__dnnl_matmul_runs() == before);
 }
 
+/* A [b, m, n] bias for the gemm kernel's in[2]: kind 0 a row ([n], expanded: strides 0, 0, 1),
+ * 1 a row with stride 2, 2 a full tensor, 3 a column ([m, 1], expanded: strides 0, 1, 0). */
+static nb_tensor *bias_operand(int kind, int64_t b, int64_t m, int64_t n, nb_dtype dt)
+{
+    int64_t shape[3] = {b, m, n};
+    switch (kind) {
+    case 0: return NBT_CHECK(nb_expand(rand_tensor((int64_t[]){1, 1, n}, 3, dt), shape, 3));
+    case 1: {
+        nb_tensor *t = NBT_CHECK(nb_slice(rand_tensor((int64_t[]){1, 1, 2 * n}, 3, dt), 2, 0, 2 * n, 2));
+        return NBT_CHECK(nb_expand(t, shape, 3));
+    }
+    case 2: return rand_tensor(shape, 3, dt);
+    default: return NBT_CHECK(nb_expand(rand_tensor((int64_t[]){1, m, 1}, 3, dt), shape, 3));
+    }
+}
+
+/* The gemm kernel with a bias (in[2]) against the reference run on out holding the bias, with
+ * s1 1 (nb_cpu_gemm_reference adds the product to out). fail_at >= 0: that host allocation of
+ * the kernel's fails (nb__cpu_alloc_fail_after). */
+static void compare_bias_failing(int64_t b, int64_t m, int64_t n, int64_t k, const int *lay, int kind, double s0,
+                                 nb_dtype dt, int fail_at)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *x = operand(lay[0], b, m, k, dt), *y = operand(lay[1], b, k, n, dt);
+    nb_tensor *bias = bias_operand(kind, b, m, n, dt);
+    nb_tensor *o1 = operand(lay[2], b, m, n, dt), *o2 = operand(lay[2], b, m, n, dt);
+    NBT_OK(nb_copy_(o2, bias));
+    nb_kargs a1 = {.out = o1, .in = {x, y, bias}, .s0 = s0}, a2 = {.out = o2, .in = {x, y}, .s0 = s0, .s1 = 1};
+    nb__cpu_alloc_fail_after(fail_at);
+    nb_status st = nb_cpu_k_gemm(NB_OP_BMM, &a1);
+    nb__cpu_alloc_fail_after(-1);
+    NBT_OK(st);
+    NBT_OK(nb_cpu_gemm_reference(&a2));
+    char what[256];
+    snprintf(what, sizeof what, "gemm with bias %d, %s [%lld, %lld, %lld] K %lld, a %s, b %s, out %s, s0 %g", kind,
+             nb_dtype_name(dt), (long long)b, (long long)m, (long long)n, (long long)k, layout_names[lay[0]],
+             layout_names[lay[1]], layout_names[lay[2]], s0);
+    double tol = dt == NB_FLOAT32 ? 1e-6 : 1e-14;
+    nbt_assert_close(o1, o2, dt == NB_FLOAT32 ? 1e-5 : 1e-12, tol * (double)(k + 1), what);
+    nb_scope_end(sc);
+}
+
+static void compare_bias(int64_t b, int64_t m, int64_t n, int64_t k, const int *lay, int kind, double s0,
+                         nb_dtype dt)
+{
+    compare_bias_failing(b, m, n, k, lay, kind, s0, dt, -1);
+}
+
+/* The gemm kernel's bias (a linear layer's, as nb_linear passes it on the CPU): a float32 row
+ * into a row-major out of one batch goes with the product, on the matmul primitive in its
+ * epilogue (by rule for NT products of few rows, or where the tuner picks it), on oneDNN's sgemm
+ * as one more step of the inner dimension (by rule for NN products) or, on any other way,
+ * copied into C inside the kernel; every other bias, layout, batch count and dtype is
+ * copied into out first. Each against the reference. */
+static void test_gemm_bias(void **state)
+{
+    static const int64_t dims[] = {0, 1, 2, 3, 7, 16, 33, 64};
+    static const double scales[] = {1, 0.5, -2};
+    for (int dti = 0; dti < 2; dti++)
+        for (int trial = 0; trial < 200; trial++) {
+            int64_t b = 1 + irand(2), m = dims[irand(8)], n = dims[irand(8)], k = dims[irand(8)];
+            int lay[3] = {(int)irand(L_COUNT), (int)irand(L_COUNT), (int)irand(L_STRIDED + 1)};
+            compare_bias(b, m, n, k, lay, (int)irand(4), scales[irand(3)], dti ? NB_FLOAT64 : NB_FLOAT32);
+        }
+    static const int nt[3] = {L_ROW, L_COL, L_ROW};
+    int prev = nb_get_num_threads();
+    for (int t = 1; t <= 2; t++) {
+        NBT_OK(nb_set_num_threads(t));
+        /* NT of few rows: the matmul primitive by rule, the bias in it where it has its kernels */
+        unsigned long long before = nb__dnnl_matmul_runs();
+        compare_bias(1, 32, 1000, 1024, nt, 0, 1, NB_FLOAT32);
+        if (nb__dnnl_matmul_available()) assert_true(nb__dnnl_matmul_runs() - before == 1);
+        compare_bias(1, 32, 1000, 1024, nt, 0, 0.5, NB_FLOAT32); /* alpha: the bias is copied first */
+        compare_bias(1, 64, 1100, 1024, (int[]){L_WIDE, L_COL, L_WIDE}, 0, 1, NB_FLOAT32);
+        /* a shape the tuner times (2 M N K = 2^25) on each of its ways, bias copied or fused */
+        for (int call = 0; call < 13; call++) compare_bias(1, 128, 512, 256, nt, 0, 1, NB_FLOAT32);
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    /* oneDNN's sgemm with the bias as one more step of K (by rule: NN, TN, and NT from 1024 rows),
+     * and a shape the tuner times where that pays */
+    for (int l = 0; l < 3; l++) {
+        static const int lays[3][3] = {{L_ROW, L_ROW, L_ROW}, {L_COL, L_ROW, L_ROW}, {L_ROW, L_COL, L_ROW}};
+        compare_bias(1, l == 2 ? 1024 : 64, 64, 7, lays[l], 0, 1, NB_FLOAT32);
+    }
+    for (int call = 0; call < 13; call++) compare_bias(1, 512, 2048, 16, nt, 0, 1, NB_FLOAT32);
+    /* no scratch for oneDNN's sgemm's widened operands (NN goes there by rule; K short beside M
+     * and N, see widen_pays): the bias is copied */
+    static const int nn[3] = {L_ROW, L_ROW, L_ROW};
+    for (int f = 0; f < 2; f++) compare_bias_failing(1, 64, 64, 7, nn, 0, 1, NB_FLOAT32, f);
+    /* no primitive for the shape: the bias is copied and the product runs elsewhere */
+    nb__dnnl_matmul_set_refuse(true);
+    compare_bias(1, 48, 1024, 1100, nt, 0, 1, NB_FLOAT32);
+    nb__dnnl_matmul_set_refuse(false);
+}
+
 /* nb__dnnl_matmul itself against a double loop: more shapes than its cache holds, each called
  * twice (made, then found), every transpose pair, alpha and beta (C read only when beta is not
  * 0: a NaN in C survives beta 0 nowhere). */
@@ -363,7 +458,7 @@ static void test_dnnl_matmul_cache(void **state)
             float alpha = shape % 3 == 0 ? 1.0f : -0.75f, beta = shape % 4 == 0 ? 0.0f : 0.5f;
             for (int i = 0; i < LD * LD; i++) c[i] = beta != 0 ? (float)urand() : NAN;
             memcpy(c0, c, sizeof(float) * LD * LD);
-            int st = nb__dnnl_matmul(ta, tb, m, n, k, alpha, a, LD, b, LD, beta, c, LD);
+            int st = nb__dnnl_matmul(ta, tb, m, n, k, alpha, a, LD, b, LD, beta, c, LD, NULL);
             if (st != 0) fail_msg("nb__dnnl_matmul %c%c %dx%dx%d: oneDNN status %d", ta, tb, m, n, k, st);
             for (int i = 0; i < m; i++)
                 for (int j = 0; j < n; j++) {
@@ -602,6 +697,34 @@ static void check_shape(nb_tensor *t, const int64_t *shape, int nd, const char *
     }
 }
 
+/* nb_linear's bias in each form it broadcasts from ([out], [1, out], [1], a single value, a
+ * strided [out], a full [rows, out]), on float32 (a row goes into the product's kernel on the CPU)
+ * and float64, against the product plus the bias by nb_add. */
+static void test_linear_bias_forms(void **state)
+{
+    for (int dti = 0; dti < 2; dti++) {
+        nb_scope *sc = nb_scope_begin();
+        nb_dtype dt = dti ? NB_FLOAT64 : NB_FLOAT32;
+        nb_tensor *x = rand_tensor((int64_t[]){3, 40, 300}, 3, dt), *w = rand_tensor((int64_t[]){130, 300}, 2, dt);
+        nb_tensor *biases[6] = {
+            rand_tensor((int64_t[]){130}, 1, dt),
+            rand_tensor((int64_t[]){1, 130}, 2, dt),
+            rand_tensor((int64_t[]){1}, 1, dt),
+            rand_tensor(NULL, 0, dt),
+            NBT_CHECK(nb_slice(rand_tensor((int64_t[]){260}, 1, dt), 0, 1, 260, 2)),
+            rand_tensor((int64_t[]){40, 130}, 2, dt),
+        };
+        nb_tensor *prod = NBT_CHECK(nb_matmul(x, NBT_CHECK(nb_t(w))));
+        for (int i = 0; i < 6; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "linear %s, bias form %d", nb_dtype_name(dt), i);
+            nbt_assert_close(nb_linear(x, w, biases[i]), NBT_CHECK(nb_add(prod, biases[i])), dti ? 1e-12 : 1e-5,
+                             dti ? 1e-12 : 1e-4, what);
+        }
+        nb_scope_end(sc);
+    }
+}
+
 static void test_hand_values(void **state)
 {
     nb_scope *sc = nb_scope_begin();
@@ -736,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_blas_vs_reference),
         cmocka_unit_test(test_gemm_tuned),
         cmocka_unit_test(test_few_rows_matmul),
+        cmocka_unit_test(test_gemm_bias),
         cmocka_unit_test(test_dnnl_matmul_cache),
         cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_gemm_thin_k),
@@ -743,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),
+        cmocka_unit_test(test_linear_bias_forms),
         cmocka_unit_test(test_saved_operands),
         cmocka_unit_test(test_errors),
     };

@@ -58,11 +58,13 @@ bool nb__dnnl_winograd_available(void);
 bool nb__dnnl_matmul_available(void);
 /* C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (src/cpu/dnnl_matmul.c), every
  * matrix row-major with its leading dimension, op(X) = X^T where the flag is 'T': the
- * arguments as dnnl_sgemm's. beta 0 never reads C. Returns oneDNN's status (a dnnl_status_t):
- * on failure, dnnl_unimplemented where oneDNN has only its reference loops for the shape,
- * nothing was written. */
+ * arguments as dnnl_sgemm's. beta 0 never reads C. With bias (n floats, else NULL), C = op(A)
+ * op(B) + bias, the bias added to every row in the kernel's epilogue: alpha must be 1 and beta 0
+ * (else dnnl_invalid_arguments). Returns oneDNN's status (a dnnl_status_t): on failure,
+ * dnnl_unimplemented where oneDNN has only its reference loops for the shape, nothing was
+ * written. */
 int nb__dnnl_matmul(char ta, char tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
-                    int ldb, float beta, float *c, int ldc);
+                    int ldb, float beta, float *c, int ldc, const float *bias);
 /* How many nb__dnnl_matmul calls have run in this process (tests: which way a product took). */
 unsigned long long nb__dnnl_matmul_runs(void);
 /* Tests: on, every nb__dnnl_matmul call fails with dnnl_unimplemented, as one for a shape oneDNN

@@ -37,19 +37,26 @@ static nb_tensor *as3(const nb_tensor *t)
 }
 
 /* out = beta * out + alpha * a @ b, for out, a, b all 2-D or all 3-D with one batch size.
- * beta == 0 ignores out's values. */
-static nb_status gemm_into(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double beta, double alpha)
+ * beta == 0 ignores out's values. With bias (out's shape as 3-D, a broadcast view; beta 0):
+ * out = alpha * a @ b + bias, which the kernel may add as it writes the product. */
+static nb_status gemm_bias_into(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, const nb_tensor *bias,
+                                double beta, double alpha)
 {
     nb_tensor *o3 = as3(out), *a3 = as3(a), *b3 = as3(b);
     nb_status st = (o3 && a3 && b3) ? NB_OK : nb_last_status();
     if (st == NB_OK) {
-        nb_kargs k = {.out = o3, .in = {a3, b3}, .s0 = alpha, .s1 = beta};
+        nb_kargs k = {.out = o3, .in = {a3, b3, bias}, .s0 = alpha, .s1 = beta};
         st = nb__dispatch(NB_OP_BMM, &k);
     }
     nb__release(o3);
     nb__release(a3);
     nb__release(b3);
     return st;
+}
+
+static nb_status gemm_into(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double beta, double alpha)
+{
+    return gemm_bias_into(out, a, b, NULL, beta, alpha);
 }
 
 nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha)
@@ -294,6 +301,20 @@ static nb_status check_linear(const nb_tensor *x, const nb_tensor *w, const nb_t
     return NB_OK;
 }
 
+/* The bias of a linear layer on the CPU as a [1, rows, out] view for the product's kernel to add
+ * (src/cpu/ops/gemm.c, which adds a float32 row as it writes the product): *row false (and
+ * NULL) where the bias is not one row, [out] or [1, out] or a single value, or lives elsewhere,
+ * and it is copied into the output first. NULL with *row true: out of memory. */
+static nb_tensor *bias_row(const nb_tensor *bias, int64_t rows, int64_t outf, bool *row)
+{
+    int nd = bias->ndim;
+    *row = bias->storage->device.type == NB_DEVICE_CPU;
+    for (int i = 0; i < nd - 1; i++) *row = *row && bias->shape[i] == 1;
+    if (!*row) return NULL;
+    int64_t shape[3] = {1, rows, outf}, strides[3] = {0, 0, nd && bias->shape[nd - 1] > 1 ? bias->strides[nd - 1] : 0};
+    return nb__tensor_alias(bias, shape, strides, 3, bias->offset);
+}
+
 nb_tensor *nb_linear(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias)
 {
     if (check_linear(x, weight, bias) != NB_OK) return NULL;
@@ -309,12 +330,14 @@ nb_tensor *nb_linear(const nb_tensor *x, const nb_tensor *weight, const nb_tenso
     int64_t s2[2] = {rows, outf}, wts[2] = {weight->shape[1], outf}, wtst[2] = {weight->strides[1], weight->strides[0]};
     nb_tensor *o2 = x2 ? nb__tensor_alias(out, s2, (int64_t[2]){outf, 1}, 2, 0) : NULL;
     nb_tensor *wt = o2 ? nb__tensor_alias(weight, wts, wtst, 2, weight->offset) : NULL;
-    nb_status st = wt ? NB_OK : nb_last_status();
-    if (st == NB_OK && bias) {
+    bool row = false;
+    nb_tensor *b3 = wt && bias ? bias_row(bias, rows, outf, &row) : NULL;
+    nb_status st = wt && (b3 || !row) ? NB_OK : nb_last_status();
+    if (st == NB_OK && bias && !row) {
         nb_kargs c = {.out = out, .in = {bias}};
         st = nb__dispatch(NB_OP_COPY, &c);
     }
-    if (st == NB_OK) st = gemm_into(o2, x2, wt, bias ? 1 : 0, 1);
+    if (st == NB_OK) st = gemm_bias_into(o2, x2, wt, b3, bias && !row ? 1 : 0, 1);
     nb_tensor *res = NULL;
     if (st == NB_OK) {
         const nb_tensor *in[3] = {x, weight, bias};
@@ -327,5 +350,6 @@ nb_tensor *nb_linear(const nb_tensor *x, const nb_tensor *weight, const nb_tenso
     nb__release(x2);
     nb__release(o2);
     nb__release(wt);
+    nb__release(b3);
     return res;
 }

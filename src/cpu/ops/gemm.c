@@ -3,7 +3,11 @@
  *        of 0 gives every batch the same matrix):
  *          out[b] = s1 * out[b] + s0 * in[0][b] @ in[1][b]
  *        s1 == 0 overwrites out: its old values (NaN included) are never read. out must not
- *        overlap the inputs. Integer dtypes need integral s0 and s1 and wrap around as C's
+ *        overlap the inputs. With in[2] (out's shape, any strides: a linear layer's bias as a
+ *        view with strides 0 along B and M), s1 must be 0 and
+ *          out[b] = s0 * in[0][b] @ in[1][b] + in[2][b]
+ *        a float32 one of a single batch, a row (strides 0, 0, 1) into a row-major out, goes with
+ *        the product (bias_fused); any other is first copied into out, the product then added. Integer dtypes need integral s0 and s1 and wrap around as C's
  *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
  * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
@@ -97,6 +101,7 @@ typedef struct gemm_job {
     int m, n, k, lda, ldb, ldc;
     mat a, b, c;
     double alpha, beta;
+    const float *bias; /* float32, one batch: a row of n floats added to every row of C (beta 0) */
 } gemm_job;
 
 /* Whether a float32 product goes to oneDNN's sgemm rather than OpenBLAS's: when B is read as it
@@ -271,7 +276,8 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
     *timed = -1;
     if (j->dt != NB_FLOAT32 || in_batch_loop || !nb__dnnl_enabled() || 2.0 * j->m * j->n * j->k < TUNE_MIN_FLOPS)
         return 0;
-    int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads()};
+    int64_t k[NB_TUNE_KEY] = {j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, nb_get_num_threads(),
+                              j->bias != NULL};
     memcpy(key, k, sizeof k);
     unsigned ways = 3u | (transposed_offered(j) ? 4u : 0u) | (matmul_offered() ? 8u : 0u) |
                     (own_offered(j) ? 16u : 0u);
@@ -300,10 +306,80 @@ static bool sgemm_transposed(const gemm_job *j, const float *a, const float *b, 
     return true;
 }
 
+/* j's bias copied into every row of c (m rows of n, leading dimension ldc); *tmp becomes j with
+ * beta 1 and no bias, to run the product on c as it now is. */
+static const gemm_job *bias_into_c(const gemm_job *j, float *c, gemm_job *tmp)
+{
+    int64_t m = j->m, n = j->n, ldc = j->ldc;
+    const float *bias = j->bias;
+    int nt = nb_cpu_threads_for(m * n, NB_CPU_GRAIN);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < m; r++) memcpy(c + r * ldc, bias, (size_t)n * sizeof(float));
+    *tmp = *j;
+    tmp->beta = 1;
+    tmp->bias = NULL;
+    return tmp;
+}
+
+/* op(X) of rows x k with one more column, `last` (NULL: ones) or, as X is stored, op(X)^T with
+ * one more row, into new scratch of (k + 1) * rows floats: its leading dimension back in *ld. */
+static float *widen(CBLAS_TRANSPOSE t, const float *x, int ldx, int rows, int k, const float *last, int *ld)
+{
+    size_t bytes = (size_t)(k + 1) * (size_t)rows * sizeof(float);
+    float *w = nb_cpu_alloc(bytes);
+    if (!w) return NULL;
+    int nt = nb_cpu_threads_for((int64_t)rows * (k + 1), NB_CPU_GRAIN);
+    if (t == CblasNoTrans) { /* [rows, k + 1] */
+        *ld = k + 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(w + r * (k + 1), x + r * ldx, (size_t)k * sizeof(float));
+            w[r * (k + 1) + k] = last ? last[r] : 1.0f;
+        }
+    } else { /* [k + 1, rows] */
+        *ld = rows;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t p = 0; p <= k; p++)
+            for (int64_t r = 0; r < rows; r++)
+                w[p * rows + r] = p < k ? x[p * ldx + r] : last ? last[r] : 1.0f;
+    }
+    return w;
+}
+
+/* Way 2 with a bias: C = [op(A), 1] [op(B); bias] on oneDNN's sgemm with beta 0, the bias one
+ * more step of the inner dimension. oneDNN's sgemm runs beta 0 faster than beta 1 (it never
+ * reads C), and copying A and B (M + N rows of K) is far less than copying the bias into C (M
+ * rows of N) where K is much below N: the LSTM's decoder, NT 4096x10000x256 (the Xeon, best of
+ * 7, ms, 1 thread / 2 threads) 104.2 / 55.7 against 117.3 / 62.9 with the bias copied into C
+ * first; the product alone takes 101.6 / 51.4. Where A and B are the larger (widen_pays), the
+ * bias is copied. The dnnl_status_t of the call (dnnl_out_of_memory: no scratch, nothing
+ * written). */
+static bool widen_pays(const gemm_job *j)
+{
+    return ((int64_t)j->m + j->n) * (j->k + 1) < (int64_t)j->m * j->n;
+}
+
+static int sgemm_widened(const gemm_job *j, const float *a, const float *b, float *c)
+{
+    int lda, ldb;
+    float *aw = widen(j->ta, a, j->lda, j->m, j->k, NULL, &lda);
+    float *bw = aw ? widen(j->tb == CblasTrans ? CblasNoTrans : CblasTrans, b, j->ldb, j->n, j->k, j->bias, &ldb)
+                   : NULL;
+    int st = bw ? dnnl_sgemm(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k + 1,
+                             (float)j->alpha, aw, lda, bw, ldb, 0.0f, c, j->ldc)
+                : dnnl_out_of_memory;
+    if (aw) nb_cpu_free(aw, (size_t)(j->k + 1) * (size_t)j->m * sizeof(float));
+    if (bw) nb_cpu_free(bw, (size_t)(j->k + 1) * (size_t)j->n * sizeof(float));
+    return st;
+}
+
 /* A float32 product on the way tune_pick gives for it, or, where it gives none, on way rule (1
  * OpenBLAS, 2 oneDNN's sgemm, 4 oneDNN's matmul; a matmul that fails runs on OpenBLAS); the
- * timed calls' seconds are recorded. Returns the dnnl_status_t of oneDNN's sgemm (dnnl_success
- * when another way ran): on failure nothing ran. */
+ * timed calls' seconds are recorded. A bias goes with the product on the matmul primitive and
+ * on oneDNN's sgemm (sgemm_widened); on any other way, or where those fail, it is first copied
+ * into C (inside the time), so that the tuner weighs each way with its bias. Returns
+ * the dnnl_status_t of oneDNN's sgemm (dnnl_success when another way ran): on failure nothing
+ * but the bias's copy ran. */
 static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c, bool in_batch_loop, int rule)
 {
     int64_t key[NB_TUNE_KEY];
@@ -311,6 +387,19 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     if (pick == 0) pick = rule;
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     int st = dnnl_success;
+    gemm_job plain;
+    if (j->bias && j->alpha == 1 && (pick == 4 || (pick == 2 && widen_pays(j)))) {
+        bool done = pick == 4 ? nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m,
+                                                j->n, j->k, 1.0f, a, j->lda, b, j->ldb, 0.0f, c, j->ldc,
+                                                j->bias) == dnnl_success
+                              : sgemm_widened(j, a, b, c) == dnnl_success;
+        if (done) {
+            if (timed >= 0) nb_cpu_tune_record(&g_tuner, key, timed, nb_cpu_seconds() - t0);
+            return dnnl_success;
+        }
+        timed = -1; /* nothing written: the bias copied instead, and the time is not the way's */
+    }
+    if (j->bias) j = bias_into_c(j, c, &plain);
     if (pick == 3 && !sgemm_transposed(j, a, b, c)) {
         pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
         timed = -1;
@@ -321,7 +410,7 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     }
     if (pick == 4 && nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n,
                                      j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c,
-                                     j->ldc) != dnnl_success) {
+                                     j->ldc, NULL) != dnnl_success) {
         pick = 1; /* no primitive for the shape (nothing written): OpenBLAS, and the time is not the way's */
         timed = -1;
     }
@@ -355,14 +444,17 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     const char *a = j->a.p + i * j->a.sb * (int64_t)es, *b = j->b.p + i * j->b.sb * (int64_t)es;
     char *c = j->c.p + i * j->c.sb * (int64_t)es;
     /* the transposed route for NT products of few rows is not one of the ways timed */
-    if (small_m_nt(j, in_batch_loop) && gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c))
-        return;
+    gemm_job plain;
+    if (small_m_nt(j, in_batch_loop)) {
+        if (j->bias) j = bias_into_c(j, (float *)c, &plain);
+        if (gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c)) return;
+    }
     if (j->dt == NB_FLOAT32) {
-        /* a failed oneDNN call (nothing written) falls back to OpenBLAS */
+        /* a failed oneDNN call (nothing written but the bias, in C now) falls back to OpenBLAS */
         if (sgemm_run(j, (const float *)a, (const float *)b, (float *)c, in_batch_loop,
                       rule_way(j, in_batch_loop, use_dnnl(j, in_batch_loop))) != dnnl_success)
             cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, (float)j->alpha, (const float *)a, j->lda,
-                        (const float *)b, j->ldb, (float)j->beta, (float *)c, j->ldc);
+                        (const float *)b, j->ldb, j->bias ? 1.0f : (float)j->beta, (float *)c, j->ldc);
         return;
     }
     cblas_dgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, j->alpha, (const double *)a, j->lda,
@@ -422,12 +514,23 @@ static nb_status plan(const nb_kargs *ka, gemm_job *j, nb_tensor **tmp, nb_tenso
     return NB_OK;
 }
 
+/* Whether the BMM's in[2] goes with the product (gemm_job's bias): a float32 row (strides 0, 0,
+ * 1) added to a single batch's row-major out. */
+static bool bias_fused(const nb_kargs *ka)
+{
+    const nb_tensor *bias = ka->in[2], *out = ka->out;
+    int ld;
+    return bias && out->dtype == NB_FLOAT32 && out->shape[0] == 1 && bias->strides[1] == 0 &&
+           (bias->strides[2] == 1 || out->shape[2] == 1) && row_major(mat_of(out), &ld);
+}
+
 static nb_status bmm_blas(const nb_kargs *ka)
 {
     nb_cpu_blas_init();
     gemm_job j = {.dt = ka->out->dtype, .alpha = ka->s0, .beta = ka->s1};
     nb_tensor *tmp[2] = {NULL, NULL}, *cbuf = NULL;
     nb_status st = plan(ka, &j, tmp, &cbuf);
+    if (ka->in[2]) j.bias = (const float *)nb__data(ka->in[2]);
     if (st == NB_OK) {
         gemm_batches(&j, ka->out->shape[0]);
         if (cbuf) {
@@ -455,6 +558,20 @@ nb_status nb_cpu_k_gemm(nb_op op, const nb_kargs *a)
     /* K == 0 only scales out: the reference does that without BLAS's corner cases */
     bool blas = (out->dtype == NB_FLOAT32 || out->dtype == NB_FLOAT64) && k > 0 && k <= INT_MAX &&
                 out->shape[1] <= INT_MAX && out->shape[2] <= INT_MAX;
+    nb_kargs plain;
+    if (a->in[2]) {
+        const nb_tensor *bias = a->in[2];
+        NB_ASSERT(a->s1 == 0 && bias->dtype == out->dtype && bias->ndim == 3);
+        NB_ASSERT(bias->shape[0] == batch && bias->shape[1] == out->shape[1] && bias->shape[2] == out->shape[2]);
+        if (!blas || !bias_fused(a)) {
+            nb_kargs cp = {.out = out, .in = {bias}};
+            NB_TRY(nb_cpu_k_copy(NB_OP_COPY, &cp));
+            plain = *a;
+            plain.in[2] = NULL;
+            plain.s1 = 1;
+            a = &plain;
+        }
+    }
     return blas ? bmm_blas(a) : nb_cpu_gemm_reference(a);
 }
 
