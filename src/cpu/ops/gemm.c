@@ -7,8 +7,9 @@
  *        view with strides 0 along B and M), s1 must be 0 and
  *          out[b] = s0 * in[0][b] @ in[1][b] + in[2][b]
  *        a float32 one of a single batch, a row (strides 0, 0, 1) into a row-major out, goes with
- *        the product (bias_fused); any other is first copied into out, the product then added. Integer dtypes need integral s0 and s1 and wrap around as C's
- *        unsigned arithmetic does (PyTorch's integer matmul gives the same bits).
+ *        the product (bias_fused); any other is first copied into out, the product then added.
+ *        Integer dtypes need integral s0 and s1 and wrap around as C's unsigned arithmetic does
+ *        (PyTorch's integer matmul gives the same bits).
  * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
  * its AVX-512 kernels, see few_rows_matmul, elsewhere to oneDNN's sgemm as their transpose, see
@@ -346,6 +347,13 @@ static float *widen(CBLAS_TRANSPOSE t, const float *x, int ldx, int rows, int k,
     return w;
 }
 
+/* Whether copying A and B into sgemm_widened's operands ((M + N) (K + 1) floats) costs less than
+ * copying the bias into C (M N floats). */
+static bool widen_pays(const gemm_job *j)
+{
+    return ((int64_t)j->m + j->n) * (j->k + 1) < (int64_t)j->m * j->n;
+}
+
 /* Way 2 with a bias: C = [op(A), 1] [op(B); bias] on oneDNN's sgemm with beta 0, the bias one
  * more step of the inner dimension. oneDNN's sgemm runs beta 0 faster than beta 1 (it never
  * reads C), and copying A and B (M + N rows of K) is far less than copying the bias into C (M
@@ -354,11 +362,6 @@ static float *widen(CBLAS_TRANSPOSE t, const float *x, int ldx, int rows, int k,
  * first; the product alone takes 101.6 / 51.4. Where A and B are the larger (widen_pays), the
  * bias is copied. The dnnl_status_t of the call (dnnl_out_of_memory: no scratch, nothing
  * written). */
-static bool widen_pays(const gemm_job *j)
-{
-    return ((int64_t)j->m + j->n) * (j->k + 1) < (int64_t)j->m * j->n;
-}
-
 static int sgemm_widened(const gemm_job *j, const float *a, const float *b, float *c)
 {
     int lda, ldb;
