@@ -341,12 +341,69 @@ static void fused_product_case(int64_t B, int threads)
     nb_scope_end(s);
 }
 
+/* A run of T steps in one call of each cell kernel (i1 = T, as src/nn/lstm.c and rules_rnn.c make
+ * them on the CPU) against the plain kernels one step at a time with each step's product by
+ * nb_matmul: the forward with and without an initial state (flag), the backward with and without
+ * the product at t = 0 (flag). */
+static void fused_run_case(int64_t B, int threads, bool flag)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_manual_seed(12);
+    int64_t T = 4, H = 256, G = 4 * H;
+    nb_tensor *whh = NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[2]){G, H}, 2, NULL), 0.1));
+    nb_tensor *wt = NBT_CHECK(nb_contiguous(nb_t(whh)));
+    nb_tensor *xp = NBT_CHECK(nb_randn((int64_t[3]){T, B, G}, 3, NULL));
+    nb_tensor *y0 = NBT_CHECK(nb_randn((int64_t[4]){2, T + 1, B, H}, 4, NULL));
+    nb_tensor *gy = NBT_CHECK(nb_randn((int64_t[4]){2, T + 1, B, H}, 4, NULL));
+    nb_tensor *dhc0 = NBT_CHECK(nb_randn((int64_t[3]){2, B, H}, 3, NULL));
+    int prev = nb_get_num_threads();
+    NBT_OK(nb_set_num_threads(threads));
+    nb_tensor *y_f = NBT_CHECK(nb_clone(y0)), *act_f = NBT_CHECK(nb_zeros((int64_t[3]){T, B, G}, 3, NULL));
+    nb_kargs f = {.out = y_f, .out2 = act_f, .in = {xp, wt}, .i0 = 0, .i1 = T, .flag = flag};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &f));
+    nb_tensor *y_p = NBT_CHECK(nb_clone(y0)), *act_p = NBT_CHECK(nb_zeros((int64_t[3]){T, B, G}, 3, NULL));
+    for (int64_t t = 0; t < T; t++) {
+        bool rec = t > 0 || flag;
+        if (rec) {
+            nb_tensor *h = nb_select(nb_select(y_p, 0, 0), 0, t);
+            NBT_OK(nb_copy_(nb_select(act_p, 0, t), NBT_CHECK(nb_matmul(h, nb_t(whh)))));
+        }
+        nb_kargs fp = {.out = y_p, .out2 = act_p, .in = {xp}, .i0 = t, .flag = rec};
+        NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &fp));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "run of %lld steps, B %lld, %d threads, flag %d: forward", (long long)T,
+             (long long)B, threads, flag);
+    nbt_assert_close(y_f, y_p, 1e-4, 1e-5, what);
+    nbt_assert_close(act_f, act_p, 1e-4, 1e-5, what);
+    nb_tensor *dg_f = NBT_CHECK(nb_zeros((int64_t[3]){T, B, G}, 3, NULL)), *dhc_f = NBT_CHECK(nb_clone(dhc0));
+    nb_kargs b = {.out = dg_f, .out2 = dhc_f, .in = {gy, y_p, act_p, whh}, .i0 = T - 1, .i1 = T, .flag = flag};
+    NBT_OK(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &b));
+    nb_tensor *dg_p = NBT_CHECK(nb_zeros((int64_t[3]){T, B, G}, 3, NULL)), *dhc_p = NBT_CHECK(nb_clone(dhc0));
+    for (int64_t t = T - 1; t >= 0; t--) {
+        nb_kargs bp = {.out = dg_p, .out2 = dhc_p, .in = {gy, y_p, act_p}, .i0 = t};
+        NBT_OK(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &bp));
+        if (t > 0 || flag)
+            NBT_OK(nb_copy_(nb_select(dhc_p, 0, 0), NBT_CHECK(nb_matmul(nb_select(dg_p, 0, t), whh))));
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    snprintf(what, sizeof what, "run of %lld steps, B %lld, %d threads, flag %d: backward", (long long)T,
+             (long long)B, threads, flag);
+    nbt_assert_close(dg_f, dg_p, 1e-4, 1e-5, what);
+    nbt_assert_close(dhc_f, dhc_p, 1e-4, 1e-5, what);
+    nb_scope_end(s);
+}
+
 static void test_fused_product(void **state)
 {
     (void)state;
     for (int threads = 1; threads <= 2; threads++) {
         fused_product_case(512, threads);
         fused_product_case(3, threads);
+        for (int flag = 0; flag < 2; flag++) {
+            fused_run_case(512, threads, flag);
+            fused_run_case(3, threads, flag);
+        }
     }
 }
 
@@ -362,8 +419,11 @@ static void test_kernel_checks(void **state)
     nb_kargs k = {.out = y, .out2 = act, .in = {xp}, .i0 = 0};
     NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &k));
     k.i0 = 2;
-    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "step 2", NULL);
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "steps 2 to 2", NULL);
     k.i0 = 0;
+    k.i1 = 3; /* a run past the last step */
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "steps 0 to 2", NULL);
+    k.i1 = 0;
     k.in[0] = xi;
     NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "operand 2", NULL);
     k.in[0] = NBT_CHECK(nb_transpose(xp, 0, 1));

@@ -6,20 +6,24 @@
 
 /* The steps of LSTM_LAYER backward, last first: LSTM_CELL_BACKWARD writes dgates[t] and carries
  * dc; one BMM gives the gradient reaching h_{t-1}, dhc[0] = dgates[t] @ W_hh. On the CPU the
- * cell kernel makes that product itself, each thread its own rows (src/cpu/ops/rnn.c). */
+ * cell kernel makes that product itself, each thread its own rows, and runs all the steps in one
+ * call (src/cpu/ops/rnn.c). */
 static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, const nb_tensor *whh, nb_tensor *dg,
                             nb_tensor *dhc, bool need_h0)
 {
     int64_t T = act->shape[0];
-    bool fused = act->storage->device.type == NB_DEVICE_CPU;
-    nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = fused ? nb_contiguous(whh) : nb_unsqueeze(whh, 0);
+    if (act->storage->device.type == NB_DEVICE_CPU) {
+        nb_tensor *w = nb_contiguous(whh);
+        if (!w) return nb_last_status();
+        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act, w}, .i0 = T - 1, .i1 = T, .flag = need_h0};
+        return T ? nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k) : NB_OK;
+    }
+    nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = nb_unsqueeze(whh, 0);
     if (!dh || !w) return nb_last_status();
     for (int64_t t = T - 1; t >= 0; t--) {
-        bool product = t > 0 || need_h0;
-        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act, fused && product ? w : NULL}, .i0 = t};
+        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act}, .i0 = t};
         NB_TRY(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k));
-        if (!product) break;
-        if (fused) continue;
+        if (t == 0 && !need_h0) break;
         nb_tensor *d = nb_narrow(dg, 0, t, 1);
         if (!d) return nb_last_status();
         nb_kargs m = {.out = dh, .in = {d, w}, .s0 = 1.0, .s1 = 0.0};

@@ -116,17 +116,20 @@ static nb_status recur(const nb_tensor *xp, const nb_tensor *whh, const nb_tenso
     NB_TRY(hc0 ? nb_copy_(y0, hc0) : nb_fill_(y0, 0.0));
     nb_tensor *hs = nb_select(y, 0, 0);
     if (!hs) return nb_last_status();
-    /* on the CPU the cell kernel makes the step's product itself, each thread its own rows: one
-     * OpenMP region a step instead of two (src/cpu/ops/rnn.c) */
-    bool fused = xp->storage->device.type == NB_DEVICE_CPU;
+    /* on the CPU the cell kernel makes each step's product itself, each thread its own rows, and
+     * runs all the steps in one call: one OpenMP region for the layer (src/cpu/ops/rnn.c) */
+    if (xp->storage->device.type == NB_DEVICE_CPU) {
+        nb_kargs k = {.out = y, .out2 = act, .in = {xp, whht}, .i0 = 0, .i1 = T, .flag = hc0 != NULL};
+        return T ? nb__dispatch(NB_OP_LSTM_CELL, &k) : NB_OK;
+    }
     for (int64_t t = 0; t < T; t++) {
         bool rec = t > 0 || hc0;
-        if (rec && !fused) {
+        if (rec) {
             nb_tensor *h = nb_narrow(hs, 0, t, 1), *a = h ? nb_narrow(act, 0, t, 1) : NULL;
             if (!a) return nb_last_status();
             NB_TRY(bmm1(a, h, wt));
         }
-        nb_kargs k = {.out = y, .out2 = act, .in = {xp, fused ? whht : NULL}, .i0 = t, .flag = rec};
+        nb_kargs k = {.out = y, .out2 = act, .in = {xp}, .i0 = t, .flag = rec};
         NB_TRY(nb__dispatch(NB_OP_LSTM_CELL, &k));
     }
     return NB_OK;

@@ -8,19 +8,22 @@
  *                       act[t] = (sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o)),
  *                       c_t = f c_{t-1} + i g into Y[1, t+1] and h_t = o tanh(c_t) into Y[0, t+1].
  *                       With in[1] = W_hh^T [H, 4H] (contiguous) and flag, the kernel makes
- *                       act[t] = h_{t-1} W_hh^T itself first.
+ *                       act[t] = h_{t-1} W_hh^T itself first. With i1 > 1, steps i0 to
+ *                       i0 + i1 - 1 in turn, flag for the first (the later ones have it).
  *   LSTM_CELL_BACKWARD  out dgates [T, B, 4H], out2 dhc [2, B, H], in = (gY, Y, act), step i0.
  *                       On entry dhc holds the gradients reaching h_t (from step t+1's gates) and
  *                       c_t; gY[., t+1] is added to them. Writes the gate gradients dgates[t] and
  *                       dhc[1] = dc f (for c_{t-1}); dhc[0] is left for the caller's BMM, or,
- *                       with in[3] = W_hh [4H, H] (contiguous), made here: dgates[t] W_hh.
+ *                       with in[3] = W_hh [4H, H] (contiguous), made here: dgates[t] W_hh (at
+ *                       t = 0 only with flag). With i1 > 1, steps i0 down to i0 - i1 + 1.
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
  * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
  * the batch are split across threads, one per 2^13 cells of a step; with the product, each thread
  * multiplies its own rows (one sgemm on one thread each) before or after their cells, so that a
- * step is one OpenMP region instead of two. On the Intel Xeon with 2 threads and
+ * step is one OpenMP region instead of two, and a run of steps (i1) one region in all: a row's
+ * step reads only that row's state, so the threads need no barrier between steps. On the Intel Xeon with 2 threads and
  * OMP_WAIT_POLICY=PASSIVE the second thread sleeps between regions, and waking it for the cells
  * cost as much as they saved: a cell step took 0.14 ms at 1 and at 2 threads (docs/BENCHMARKS.md,
  * session 25). */
@@ -262,9 +265,24 @@ static nb_status check(nb_op op, const nb_kargs *a, int64_t *T, int64_t *B, int6
         if (!ops[k] || ops[k]->dtype != a->out->dtype || !nb__is_contiguous(ops[k]))
             return nb__err(NB_ERR_INTERNAL, "%s: operand %d missing, of another dtype or not contiguous",
                            nb__op_name(op), k);
-    if (a->i0 < 0 || a->i0 >= *T || y->shape[1] != *T + 1 || act->shape[2] != 4 * *H)
-        return nb__err(NB_ERR_INTERNAL, "%s: step %lld or shapes out of range", nb__op_name(op), (long long)a->i0);
+    int64_t last = a->i0 + (op == NB_OP_LSTM_CELL ? 1 : -1) * (a->i1 > 1 ? a->i1 - 1 : 0);
+    if (a->i0 < 0 || a->i0 >= *T || last < 0 || last >= *T || y->shape[1] != *T + 1 || act->shape[2] != 4 * *H)
+        return nb__err(NB_ERR_INTERNAL, "%s: steps %lld to %lld or shapes out of range", nb__op_name(op),
+                       (long long)a->i0, (long long)last);
     return NB_OK;
+}
+
+/* The pointers of step t (cell_ptrs.t and the step's rows of act, xp and dgates). */
+static cell_ptrs step_ptrs(const cell_ptrs *base, int64_t t, bool flag, size_t es)
+{
+    cell_ptrs p = *base;
+    int64_t row = t * p.B * 4 * p.H * (int64_t)es; /* byte offset of step t in act / xp / dgates */
+    p.t = t;
+    p.flag = flag;
+    p.act += row;
+    if (p.xp) p.xp += row;
+    if (p.out) p.out += row;
+    return p;
 }
 
 nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
@@ -274,56 +292,80 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     int64_t T = 0, B = 0, H = 0;
     NB_TRY(check(op, a, &T, &B, &H));
     bool fwd = op == NB_OP_LSTM_CELL;
-    size_t es = nb_dtype_size(a->out->dtype);
-    int64_t row = a->i0 * B * 4 * H * (int64_t)es; /* byte offset of step t in act / xp / dgates */
-    cell_ptrs p = {.B = B, .H = H, .t = a->i0, .T = T, .flag = a->flag};
+    nb_dtype dt = a->out->dtype;
+    size_t es = nb_dtype_size(dt);
+    int64_t steps = a->i1 > 1 ? a->i1 : 1, dir = fwd ? 1 : -1;
+    cell_ptrs base = {.B = B, .H = H, .T = T};
     if (fwd) {
-        p.xp = (const char *)nb__data(a->in[0]) + row;
-        p.act = nb__data(a->out2) + row;
-        p.y = nb__data(a->out);
+        base.xp = (const char *)nb__data(a->in[0]);
+        base.act = nb__data(a->out2);
+        base.y = nb__data(a->out);
     } else {
-        p.g = nb__data(a->in[0]);
-        p.y = nb__data(a->in[1]);
-        p.act = nb__data(a->in[2]) + row;
-        p.out = nb__data(a->out) + row;
-        p.dhc = nb__data(a->out2);
+        base.g = nb__data(a->in[0]);
+        base.y = nb__data(a->in[1]);
+        base.act = nb__data(a->in[2]);
+        base.out = nb__data(a->out);
+        base.dhc = nb__data(a->out2);
     }
-    row_fn fn = pick(fwd, a->out->dtype);
-    const nb_tensor *w = fwd ? (p.flag ? a->in[1] : NULL) : a->in[3];
+    row_fn fn = pick(fwd, dt);
+    const nb_tensor *w = a->in[fwd ? 1 : 3];
     if (w) {
         int64_t want[2] = {fwd ? H : 4 * H, fwd ? 4 * H : H};
-        if (w->ndim != 2 || w->shape[0] != want[0] || w->shape[1] != want[1] || w->dtype != a->out->dtype ||
+        if (w->ndim != 2 || w->shape[0] != want[0] || w->shape[1] != want[1] || w->dtype != dt ||
             !nb__is_contiguous(w))
             return nb__err(NB_ERR_INTERNAL, "%s: the product's weight is not a contiguous [%lld, %lld] %s",
-                           nb__op_name(op), (long long)want[0], (long long)want[1], nb_dtype_name(a->out->dtype));
-        p.w = nb__data(w);
+                           nb__op_name(op), (long long)want[0], (long long)want[1], nb_dtype_name(dt));
+        base.w = nb__data(w);
     }
+    /* Step k of the run is t = i0 + dir k. Forward: flag (the recurrent product) holds for every
+     * step but the run's first, which takes the caller's flag. Backward: the product follows
+     * every step but a last one at t = 0, which makes it only with flag. */
+#define STEP_T(k) (a->i0 + dir * (k))
+#define STEP_FLAG(k) (fwd ? ((k) > 0 || a->flag) : true)
+#define STEP_PRODUCT(k) (base.w && (fwd ? STEP_FLAG(k) : STEP_T(k) > 0 || a->flag))
     /* Steps from 2^13 cells per thread split across the threads. The step's GEMM just before
      * ran on all of them, so its output lies in several cores' caches: run on one thread, the
      * DLBench LSTM's step (B * H = 32768) took 0.10 ms alone but 0.16 ms (backward 0.15) with 2
      * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
      * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
     int nt = nb_cpu_threads_for(B * H, 1 << 13);
-    if (!p.w) {
+    int failed = 0;
+    if (!base.w) {
+        for (int64_t k = 0; k < steps; k++) {
+            cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t b = 0; b < B; b++) fn(&p, b);
+            for (int64_t b = 0; b < B; b++) fn(&p, b);
+        }
         return NB_OK;
     }
-    int failed = 0;
     if (nt == 1) { /* no region to share: the product as the BMM kernel would make it, then the rows */
-        if (fwd) failed = step_product(&p, a->out->dtype, true, 0, B, true);
-        for (int64_t b = 0; !failed && b < B; b++) fn(&p, b);
-        if (!fwd && !failed) failed = step_product(&p, a->out->dtype, false, 0, B, true);
+        for (int64_t k = 0; !failed && k < steps; k++) {
+            cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
+            bool product = STEP_PRODUCT(k);
+            if (fwd && product) failed = step_product(&p, dt, true, 0, B, true);
+            for (int64_t b = 0; !failed && b < B; b++) fn(&p, b);
+            if (!fwd && product && !failed) failed = step_product(&p, dt, false, 0, B, true);
+        }
     } else {
+        /* Rows of the batch are independent sequences, and a step's product for some rows reads
+         * only those rows of h_{t-1} (or dgates[t]): each thread runs its rows through every step
+         * of the run with no barrier between steps, in one region for the whole run. */
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
             int64_t b0, b1;
             nb_cpu_thread_share(B, &b0, &b1);
-            if (fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, true, b0, b1, false);
-            for (int64_t b = b0; b < b1; b++) fn(&p, b);
-            if (!fwd && b1 > b0) failed |= step_product(&p, a->out->dtype, false, b0, b1, false);
+            for (int64_t k = 0; !failed && b1 > b0 && k < steps; k++) {
+                cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
+                bool product = STEP_PRODUCT(k);
+                if (fwd && product) failed |= step_product(&p, dt, true, b0, b1, false);
+                for (int64_t b = b0; b < b1; b++) fn(&p, b);
+                if (!fwd && product) failed |= step_product(&p, dt, false, b0, b1, false);
+            }
         }
     }
+#undef STEP_T
+#undef STEP_FLAG
+#undef STEP_PRODUCT
     if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
 }

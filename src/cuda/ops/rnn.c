@@ -21,6 +21,8 @@ nb_status nb_cuda_k_rnn(nb_op op, const nb_kargs *a)
         if (ops[k] && (ops[k]->dtype != dt || !nb__is_contiguous(ops[k])))
             return nb__err(NB_ERR_INTERNAL, "%s: operand %d of another dtype or not contiguous", nb__op_name(op), k);
     int64_t T = act->shape[0], B = act->shape[1], H = y->shape[3];
+    if (a->i1 > 1) /* runs of steps are the CPU kernel's (src/nn/lstm.c passes them there only) */
+        return nb__err(NB_ERR_INTERNAL, "%s: a run of %lld steps in one call", nb__op_name(op), (long long)a->i1);
     if (a->i0 < 0 || a->i0 >= T || y->shape[1] != T + 1 || act->shape[2] != 4 * H)
         return nb__err(NB_ERR_INTERNAL, "%s: step %lld or shapes out of range", nb__op_name(op), (long long)a->i0);
     if (B * H == 0) return NB_OK;
