@@ -423,6 +423,9 @@ static void test_kernel_checks(void **state)
     k.i0 = 0;
     k.i1 = 3; /* a run past the last step */
     NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "steps 0 to 2", NULL);
+    k.i1 = 2; /* a run needs the product's weight: the caller's product would come between steps */
+    NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "run of 2 steps",
+              "without the product's weight", NULL);
     k.i1 = 0;
     k.in[0] = xi;
     NBT_FAILS(nb__dispatch(NB_OP_LSTM_CELL, &k) != NB_OK, NB_ERR_INTERNAL, "lstm_cell", "operand 2", NULL);

@@ -21,12 +21,12 @@
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
  * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
  * the batch are split across threads, one per 2^13 cells of a step; with the product, each thread
- * multiplies its own rows (one sgemm on one thread each) before or after their cells, so that a
- * step is one OpenMP region instead of two, and a run of steps (i1) one region in all: a row's
- * step reads only that row's state, so the threads need no barrier between steps. On the Intel Xeon with 2 threads and
- * OMP_WAIT_POLICY=PASSIVE the second thread sleeps between regions, and waking it for the cells
- * cost as much as they saved: a cell step took 0.14 ms at 1 and at 2 threads (docs/BENCHMARKS.md,
- * session 25). */
+ * multiplies its own rows (one sgemm on one thread each) before or after their cells, and takes
+ * them through every step of a run (i1) in one OpenMP region: a row's step reads only that row's
+ * state, so the threads need no barrier between steps. On the Intel Xeon with 2 threads and
+ * OMP_WAIT_POLICY=PASSIVE the second thread sleeps between regions, and waking it cost as much as
+ * splitting a step's cells saved (docs/BENCHMARKS.md, sessions 25 and 26). A run needs the
+ * product: without it the caller's product comes between steps. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -272,17 +272,39 @@ static nb_status check(nb_op op, const nb_kargs *a, int64_t *T, int64_t *B, int6
     return NB_OK;
 }
 
-/* The pointers of step t (cell_ptrs.t and the step's rows of act, xp and dgates). */
-static cell_ptrs step_ptrs(const cell_ptrs *base, int64_t t, bool flag, size_t es)
+/* Step k of a's run, t = i0 + k forward and i0 - k backward: its pointers (cell_ptrs.t and the
+ * step's rows of act, xp and dgates), and in *product whether it makes the step's product. Forward,
+ * flag (the recurrent product) holds for every step but the run's first, which takes the caller's;
+ * backward, the product follows every step but one at t = 0, which makes it only with flag. */
+static cell_ptrs run_step(const cell_ptrs *base, const nb_kargs *a, bool fwd, int64_t k, size_t es, bool *product)
 {
     cell_ptrs p = *base;
-    int64_t row = t * p.B * 4 * p.H * (int64_t)es; /* byte offset of step t in act / xp / dgates */
-    p.t = t;
-    p.flag = flag;
+    p.t = fwd ? a->i0 + k : a->i0 - k;
+    p.flag = !fwd || k > 0 || a->flag;
+    *product = p.w && (fwd ? p.flag : p.t > 0 || a->flag);
+    int64_t row = p.t * p.B * 4 * p.H * (int64_t)es; /* byte offset of step t in act / xp / dgates */
     p.act += row;
     if (p.xp) p.xp += row;
     if (p.out) p.out += row;
     return p;
+}
+
+/* Rows [b0, b1) through every step of a's run: each step's product (tuned: outside a region, on
+ * the gemm kernel's way; else on the calling thread) and cells. Nonzero when a product failed. */
+static int run_rows(const cell_ptrs *base, const nb_kargs *a, bool fwd, row_fn fn, int64_t b0, int64_t b1,
+                    bool tuned)
+{
+    nb_dtype dt = a->out->dtype;
+    size_t es = nb_dtype_size(dt);
+    int64_t steps = a->i1 > 1 ? a->i1 : 1;
+    for (int64_t k = 0; b1 > b0 && k < steps; k++) {
+        bool product;
+        cell_ptrs p = run_step(base, a, fwd, k, es, &product);
+        if (fwd && product && step_product(&p, dt, true, b0, b1, tuned)) return 1;
+        for (int64_t b = b0; b < b1; b++) fn(&p, b);
+        if (!fwd && product && step_product(&p, dt, false, b0, b1, tuned)) return 1;
+    }
+    return 0;
 }
 
 nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
@@ -293,8 +315,6 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     NB_TRY(check(op, a, &T, &B, &H));
     bool fwd = op == NB_OP_LSTM_CELL;
     nb_dtype dt = a->out->dtype;
-    size_t es = nb_dtype_size(dt);
-    int64_t steps = a->i1 > 1 ? a->i1 : 1, dir = fwd ? 1 : -1;
     cell_ptrs base = {.B = B, .H = H, .T = T};
     if (fwd) {
         base.xp = (const char *)nb__data(a->in[0]);
@@ -307,7 +327,6 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
         base.out = nb__data(a->out);
         base.dhc = nb__data(a->out2);
     }
-    row_fn fn = pick(fwd, dt);
     const nb_tensor *w = a->in[fwd ? 1 : 3];
     if (w) {
         int64_t want[2] = {fwd ? H : 4 * H, fwd ? 4 * H : H};
@@ -316,56 +335,27 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
             return nb__err(NB_ERR_INTERNAL, "%s: the product's weight is not a contiguous [%lld, %lld] %s",
                            nb__op_name(op), (long long)want[0], (long long)want[1], nb_dtype_name(dt));
         base.w = nb__data(w);
+    } else if (a->i1 > 1) {
+        return nb__err(NB_ERR_INTERNAL, "%s: a run of %lld steps without the product's weight", nb__op_name(op),
+                       (long long)a->i1);
     }
-    /* Step k of the run is t = i0 + dir k. Forward: flag (the recurrent product) holds for every
-     * step but the run's first, which takes the caller's flag. Backward: the product follows
-     * every step but a last one at t = 0, which makes it only with flag. */
-#define STEP_T(k) (a->i0 + dir * (k))
-#define STEP_FLAG(k) (fwd ? ((k) > 0 || a->flag) : true)
-#define STEP_PRODUCT(k) (base.w && (fwd ? STEP_FLAG(k) : STEP_T(k) > 0 || a->flag))
+    row_fn fn = pick(fwd, dt);
     /* Steps from 2^13 cells per thread split across the threads. The step's GEMM just before
      * ran on all of them, so its output lies in several cores' caches: run on one thread, the
      * DLBench LSTM's step (B * H = 32768) took 0.10 ms alone but 0.16 ms (backward 0.15) with 2
      * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
      * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
-    int nt = nb_cpu_threads_for(B * H, 1 << 13);
-    int failed = 0;
-    if (!base.w) {
-        for (int64_t k = 0; k < steps; k++) {
-            cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
-#pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t b = 0; b < B; b++) fn(&p, b);
-        }
-        return NB_OK;
-    }
-    if (nt == 1) { /* no region to share: the product as the BMM kernel would make it, then the rows */
-        for (int64_t k = 0; !failed && k < steps; k++) {
-            cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
-            bool product = STEP_PRODUCT(k);
-            if (fwd && product) failed = step_product(&p, dt, true, 0, B, true);
-            for (int64_t b = 0; !failed && b < B; b++) fn(&p, b);
-            if (!fwd && product && !failed) failed = step_product(&p, dt, false, 0, B, true);
-        }
+    int nt = nb_cpu_threads_for(B * H, 1 << 13), failed = 0;
+    if (nt == 1) { /* no region to share: each product as the BMM kernel would make it */
+        failed = run_rows(&base, a, fwd, fn, 0, B, true);
     } else {
-        /* Rows of the batch are independent sequences, and a step's product for some rows reads
-         * only those rows of h_{t-1} (or dgates[t]): each thread runs its rows through every step
-         * of the run with no barrier between steps, in one region for the whole run. */
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
             int64_t b0, b1;
             nb_cpu_thread_share(B, &b0, &b1);
-            for (int64_t k = 0; !failed && b1 > b0 && k < steps; k++) {
-                cell_ptrs p = step_ptrs(&base, STEP_T(k), STEP_FLAG(k), es);
-                bool product = STEP_PRODUCT(k);
-                if (fwd && product) failed |= step_product(&p, dt, true, b0, b1, false);
-                for (int64_t b = b0; b < b1; b++) fn(&p, b);
-                if (!fwd && product) failed |= step_product(&p, dt, false, b0, b1, false);
-            }
+            failed |= run_rows(&base, a, fwd, fn, b0, b1, false);
         }
     }
-#undef STEP_T
-#undef STEP_FLAG
-#undef STEP_PRODUCT
     if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
 }
