@@ -547,6 +547,125 @@ static void test_large_backward_streams(void **state)
     nb_scope_end(s);
 }
 
+/* ---- a linear layer's bias gradient made by cross entropy's backward ---------------------------- */
+
+/* The loss of the logits [rows, C] (or, with `extra`, plus 0.01 sum(logits): the logits' gradient
+ * then has a second part, so cross entropy's is no longer all of it). */
+static nb_tensor *ce_loss(const nb_tensor *logits, const nb_tensor *t, bool extra)
+{
+    nb_tensor *l = nb_cross_entropy(logits, t, NULL);
+    return extra && l ? nb_add(l, nb_mul_scalar(nb_sum(logits, NULL, 0, false), 0.01)) : l;
+}
+
+typedef struct lin_ce {
+    const nb_tensor *t;
+    int64_t rows, C;
+} lin_ce;
+
+/* loss(reshape(linear(x, w, b), [rows, C])) for finite differences */
+static nb_tensor *lin_ce_fn(nb_tensor *const *in, int n, void *ctx)
+{
+    (void)n;
+    const lin_ce *c = ctx;
+    nb_tensor *y = nb_linear(in[0], in[1], in[2]);
+    return y ? ce_loss(nb_reshape(y, (int64_t[]){c->rows, c->C}, 2), c->t, false) : NULL;
+}
+
+/* Calls of op "sum" the profiler counted since its start. */
+static int64_t sum_calls(void)
+{
+    nb_profile_entry e[64];
+    int n = nb_profiler_entries(e, 64);
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].name, "sum")) return e[i].calls;
+    return 0;
+}
+
+/* One case: x [4, 50, 8] through linear(8 -> 37) (bias [37] or [1, 37]), reshaped to 200 rows, into
+ * cross entropy; at `threads` threads (100 rows each at 2: three blocks of 32 rows of the float32
+ * sums and a part of one). The gradients of x, w and b against those from a copy of the logits
+ * as a leaf of its own graph: its gradient gl, gl @ w, gl^T @ x and gl summed over rows by the
+ * engine's nb_sum. The profiler tells whether the backward summed (only with `extra`). */
+static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra)
+{
+    nb_scope *s = nb_scope_begin();
+    int old_threads = nb_get_num_threads();
+    NBT_OK(nb_set_num_threads(threads));
+    nb_manual_seed(11);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    int64_t C = 37, rows = 200, bshape[2] = {1, C};
+    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){4, 50, 8}, 3, &p)));
+    nb_tensor *w = nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 8}, 2, &p), 2)));
+    nb_tensor *b = nbt_leaf(NBT_CHECK(nb_randn(row_bias ? bshape : &C, row_bias ? 2 : 1, &p)));
+    p.dtype = NB_INT64;
+    nb_tensor *t = NBT_CHECK(nb_randint(0, C, &rows, 1, &p));
+    nb_tensor *y = NBT_CHECK(nb_reshape(NBT_CHECK(nb_linear(x, w, b)), (int64_t[]){rows, C}, 2));
+    nb_tensor *loss = NBT_CHECK(ce_loss(y, t, extra));
+    NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+    nb_profiler_stop();
+    int64_t sums = sum_calls();
+    char what[96];
+    snprintf(what, sizeof what, "%s, %d threads, bias %s%s: sums in backward", nb_dtype_name(dt), threads,
+             row_bias ? "[1, C]" : "[C]", extra ? ", logits used twice" : "");
+    if (extra ? sums < 1 : sums != 0) fail_msg("%s: %lld", what, (long long)sums);
+
+    nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
+    NBT_OK(nb_backward(NBT_CHECK(ce_loss(yl, t, extra)), NULL, NB_BACKWARD_DEFAULT));
+    nb_tensor *gl = NBT_CHECK(nb_tensor_grad(yl)), *x2 = NBT_CHECK(nb_reshape(x, (int64_t[]){rows, 8}, 2));
+    nb_tensor *db = NBT_CHECK(nb_sum(gl, (int64_t[]){0}, 1, row_bias));
+    double rtol = dt == NB_FLOAT32 ? 1e-5 : 1e-12, atol = dt == NB_FLOAT32 ? 1e-6 : 1e-14;
+    snprintf(what + strlen(what) - strlen("sums in backward"), 32, "bias gradient");
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)), db, rtol, atol, what);
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(w)), NBT_CHECK(nb_matmul(nb_t(gl), x2)), rtol, atol, "weight gradient");
+    nbt_assert_close(NBT_CHECK(nb_reshape(nb_tensor_grad(x), (int64_t[]){rows, 8}, 2)), NBT_CHECK(nb_matmul(gl, w)),
+                     rtol, atol, "input gradient");
+    NBT_OK(nb_set_num_threads(old_threads));
+    nb_scope_end(s);
+}
+
+/* A linear layer's bias gradient as cross entropy's backward sums the columns of the logits'
+ * gradient while writing it (rules_rnn.c, nb__linear_below): the cases of bias_ahead_case, finite
+ * differences in float64, and the same over logits larger than the last-level cache (streaming
+ * stores, rows of 10007 values at every alignment). */
+static void test_linear_bias_ahead(void **state)
+{
+    (void)state;
+    for (int f = 0; f < 2; f++)
+        for (int th = 1; th <= 2; th++)
+            for (int rb = 0; rb < 2; rb++)
+                for (int ex = 0; ex < 2; ex++) bias_ahead_case(f ? NB_FLOAT64 : NB_FLOAT32, th, rb, ex);
+
+    nb_scope *s = nb_scope_begin();
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = NB_FLOAT64;
+    nb_tensor *in[3] = {NBT_CHECK(nb_randn((int64_t[]){2, 3, 4}, 3, &p)), NBT_CHECK(nb_randn((int64_t[]){5, 4}, 2, &p)),
+                        NBT_CHECK(nb_randn((int64_t[]){5}, 1, &p))};
+    p.dtype = NB_INT64;
+    lin_ce c = {NBT_CHECK(nb_randint(0, 5, (int64_t[]){6}, 1, &p)), 6, 5};
+    nbt_gradcheck(lin_ce_fn, &c, in, 3, 1e-6, 1e-8, 1e-6, "linear + cross entropy, float64");
+
+    int64_t rows = 1000, C = 10007;
+    p.dtype = NB_FLOAT32;
+    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){rows, 3}, 2, &p)));
+    nb_tensor *w = nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 3}, 2, &p), 3)));
+    nb_tensor *b = nbt_leaf(NBT_CHECK(nb_randn(&C, 1, &p)));
+    p.dtype = NB_INT64;
+    nb_tensor *t = NBT_CHECK(nb_randint(0, C, &rows, 1, &p));
+    nb_tensor *y = NBT_CHECK(nb_linear(x, w, b)), *loss = NBT_CHECK(nb_cross_entropy(y, t, NULL));
+    NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+    nb_profiler_stop();
+    assert_int_equal(sum_calls(), 0);
+    nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
+    NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(yl, t, NULL)), NULL, NB_BACKWARD_DEFAULT));
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)), NBT_CHECK(nb_sum(nb_tensor_grad(yl), (int64_t[]){0}, 1, false)),
+                     1e-5, 1e-7, "bias gradient over streamed logits");
+    nb_scope_end(s);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -611,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_dropout_identity),
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_large_backward_streams),
+        cmocka_unit_test(test_linear_bias_ahead),
         cmocka_unit_test_teardown(test_device_targets, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_all_ignored, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_large_ignore, device_targets_off),

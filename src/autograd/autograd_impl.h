@@ -54,6 +54,10 @@ typedef struct nb_node {
     int deps;
     bool seen;
     nb_tensor *grad_buf;
+    /* A LINEAR node's bias gradient made ahead by the rule that made the gradient of its output
+     * (nb__linear_bias_ahead), and that gradient (bias_ahead_of); both owned, dropped by the
+     * engine once the node has run or the backward ends. */
+    nb_tensor *bias_ahead, *bias_ahead_of;
     /* A non-leaf output that asked to keep its gradient (weak: cleared when it is freed). */
     nb_tensor *retain_target;
     /* nb__node_release's list of nodes to free (so that freeing a long chain is a loop) */
@@ -96,6 +100,21 @@ bool nb__edge_needs_grad(const nb_node *node, int i);
  * input i. */
 nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const nb_tensor *y,
                          double *alpha);
+/* For a rule: the LINEAR node that made this node's input i through reshapes (VIEW nodes, whose
+ * gradients are reshapes of the same storage), when the gradient this rule makes for input i will
+ * be the whole gradient of that LINEAR's output (no other node has given or will give the nodes on
+ * the way one), its output's last dim is C and its bias needs a gradient of C values of dtype.
+ * The sums of that gradient's columns over its other dims are then the bias's gradient, which
+ * the rule may make as it writes the gradient and hand over with nb__linear_bias_ahead. NULL
+ * otherwise. */
+nb_node *nb__linear_below(const nb_node *node, int i, int64_t C, nb_dtype dtype);
+/* Hands linear (from nb__linear_below) its bias gradient db (the bias's shape), made from the
+ * gradient g the calling rule gives (new references are taken). */
+void nb__linear_bias_ahead(nb_node *linear, nb_tensor *db, nb_tensor *g);
+/* For the LINEAR rule: the bias gradient made ahead for its output's gradient g, now owned by the
+ * current scope; NULL when there is none or g is not the gradient it was made from. */
+nb_tensor *nb__linear_bias_take(nb_node *linear, const nb_tensor *g);
+
 /* out += alpha * a @ b for 2-D tensors of one dtype and device (a GEMM with beta 1), with no
  * autograd, bumping out's version (src/ops/linalg.c). */
 nb_status nb__mm_accumulate(nb_tensor *out, const nb_tensor *a, const nb_tensor *b, double alpha);

@@ -147,6 +147,50 @@ static nb_status leaf_edge_done(nb_tensor *leaf)
     return leaf->bw_hook->ready(leaf->bw_owner, leaf->bw_index);
 }
 
+nb_node *nb__linear_below(const nb_node *node, int i, int64_t C, nb_dtype dtype)
+{
+    const nb_edge *e = &node->next[i];
+    nb_node *n = e->fn;
+    /* deps == 1: the calling node's edge is the only one into n still to run */
+    while (n && n->op == NB_OP_VIEW && !n->grad_buf && n->deps == 1) {
+        e = &n->next[0];
+        n = e->fn;
+    }
+    if (!n || n->op != NB_OP_LINEAR || n->grad_buf || n->deps != 1 || n->n_inputs != 3 || e->ndim < 1 ||
+        e->shape[e->ndim - 1] != C || e->dtype != dtype || !nb__edge_needs_grad(n, 2))
+        return NULL;
+    const nb_edge *b = &n->next[2];
+    return b->dtype == dtype && b->ndim >= 1 && b->shape[b->ndim - 1] == C && nb__numel(b->shape, b->ndim) == C
+               ? n
+               : NULL;
+}
+
+void nb__linear_bias_ahead(nb_node *linear, nb_tensor *db, nb_tensor *g)
+{
+    nb__release(linear->bias_ahead);
+    nb__release(linear->bias_ahead_of);
+    linear->bias_ahead = nb_tensor_retain(db);
+    linear->bias_ahead_of = nb_tensor_retain(g);
+}
+
+nb_tensor *nb__linear_bias_take(nb_node *linear, const nb_tensor *g)
+{
+    const nb_tensor *of = linear->bias_ahead_of;
+    if (!linear->bias_ahead || !of || g->storage != of->storage || g->offset != of->offset ||
+        !nb__is_contiguous(g) || nb__numel(g->shape, g->ndim) != nb__numel(of->shape, of->ndim))
+        return NULL;
+    nb_tensor *db = linear->bias_ahead;
+    linear->bias_ahead = NULL;
+    return nb__track(db);
+}
+
+static void drop_ahead(nb_node *n)
+{
+    nb__release(n->bias_ahead);
+    nb__release(n->bias_ahead_of);
+    n->bias_ahead = n->bias_ahead_of = NULL;
+}
+
 /* Runs one node: its rule on its accumulated gradient, then passes the results on. A node that
  * received no gradient (all paths to it gave none) runs nothing. */
 static nb_status run_node(nb_node *n, node_list *ready)
@@ -200,6 +244,7 @@ static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
         nb_scope_end(s);
         nb__release(n->grad_buf);
         n->grad_buf = NULL;
+        drop_ahead(n);
         if (!(flags & NB_RETAIN_GRAPH)) release_saved(n);
     }
     for (size_t i = 0; i < all.n; i++) {
@@ -207,6 +252,7 @@ static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
             if (all.items[i]->next[k].leaf) all.items[i]->next[k].leaf->bw_pending = 0;
         nb__release(all.items[i]->grad_buf);
         all.items[i]->grad_buf = NULL;
+        drop_ahead(all.items[i]);
         all.items[i]->seen = false;
         all.items[i]->deps = 0;
     }

@@ -78,9 +78,9 @@ nb_status nb__bw_ADDMM(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 }
 
 /* out [..., out] = x [..., in] @ weight^T + bias. With g2 = g as [rows, out] and x2 (saved) = x
- * as [rows, in]: dx = g2 @ weight, dweight = g2^T @ x2, dbias = g summed by the engine. A weight
- * that can take its gradient straight (nb__edge_sink) gets g2^T @ x2 added into it, after dx,
- * which reads it. */
+ * as [rows, in]: dx = g2 @ weight, dweight = g2^T @ x2, dbias = g summed by the engine (or made
+ * already by the rule that made g: nb__linear_bias_take). A weight that can take its gradient
+ * straight (nb__edge_sink) gets g2^T @ x2 added into it, after dx, which reads it. */
 nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     int64_t flat[2] = {nb__numel(g->shape, g->ndim - 1), g->shape[g->ndim - 1]};
@@ -100,6 +100,9 @@ nb_status nb__bw_LINEAR(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
         if (sink) NB_TRY(sink_product(NULL, sink, g2, NULL, x2, alpha)); /* g2^T @ x2, as a^T @ g */
         else if (!(grad_in[1] = nb_mm(mT(g2), x2))) return nb_last_status();
     }
-    if (nb__edge_needs_grad(node, 2)) grad_in[2] = g;
+    if (nb__edge_needs_grad(node, 2)) {
+        grad_in[2] = nb__linear_bias_take(node, g); /* made by the rule that made g (cross entropy's) */
+        if (!grad_in[2]) grad_in[2] = g;
+    }
     return NB_OK;
 }

@@ -56,19 +56,26 @@ nb_status nb__bw_LSTM_LAYER(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
     return NB_OK;
 }
 
-/* Input x [N, C] (the target needs no gradient); saved (x, lse [N], target); grad [N]. */
+/* Input x [N, C] (the target needs no gradient); saved (x, lse [N], target); grad [N]. When x is
+ * a linear layer's output (through reshapes) that nothing else takes, the kernel also sums the
+ * gradient's columns as it writes them, and the LINEAR rule takes that as its bias's gradient
+ * (nb__linear_below): the engine's sum over the gradient would read all of it again. */
 nb_status nb__bw_CROSS_ENTROPY(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
 {
     nb_tensor *x = nb__node_saved(node, 0), *lse = nb__node_saved(node, 1), *tgt = nb__node_saved(node, 2);
     if (!x || !lse || !tgt) return nb_last_status();
     nb_tensor *two[2] = {lse, nb_contiguous(nb_expand(grad, lse->shape, 1))};
     nb_tensor *rows = two[1] ? nb_stack(two, 2, 0) : NULL;
-    nb_tensor *gx = rows ? nb_empty(x->shape, x->ndim, &(nb_tensor_params){.dtype = x->dtype,
-                                                                              .device = x->storage->device})
-                         : NULL;
+    nb_tensor_params p = {.dtype = x->dtype, .device = x->storage->device};
+    nb_tensor *gx = rows ? nb_empty(x->shape, x->ndim, &p) : NULL;
     if (!gx) return nb_last_status();
-    nb_kargs k = {.out = gx, .in = {x, rows, tgt}};
+    nb_node *lin = nb__linear_below(node, 0, x->shape[1], x->dtype);
+    const nb_edge *b = lin ? &lin->next[2] : NULL;
+    nb_tensor *db = b ? nb_empty(b->shape, b->ndim, &p) : NULL;
+    if (b && !db) return nb_last_status();
+    nb_kargs k = {.out = gx, .out2 = db, .in = {x, rows, tgt}};
     NB_TRY(nb__dispatch(NB_OP_CROSS_ENTROPY_BACKWARD, &k));
+    if (lin) nb__linear_bias_ahead(lin, db, gx);
     grad_in[0] = gx;
     return NB_OK;
 }

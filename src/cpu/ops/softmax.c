@@ -19,13 +19,17 @@
  *   CROSS_ENTROPY           x [N, C], targets t [N] (int64, in range): out[n] = lse(x[n]) - x[n, t],
  *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double)
  *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
- *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row
+ *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row;
+ *                           with out2 [C] also out2[c] = sum over n of out[n, c], in the same pass
  * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). */
 #include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 #include "cpu/cpu_impl.h"
@@ -216,27 +220,45 @@ __attribute__((target("avx512f"))) static inline __m512 ce_bwd_vec(const float *
     return t >= i && t < i + 16 ? _mm512_mask_sub_ps(v, (__mmask16)(1u << (t - i)), v, vg) : v;
 }
 
-/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). stream: the
- * 64-byte-aligned middle of the row is written with streaming stores (an output larger than the
- * last-level cache: the LSTM's [4096, 10000] logits' gradient). */
+/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot), and acc += o when
+ * acc is not NULL (a block of rows' column sums). stream: the 64-byte-aligned middle of the row is
+ * written with streaming stores (an output larger than the last-level cache: the LSTM's
+ * [4096, 10000] logits' gradient). */
 __attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, float lse,
-                                                                 float g, int64_t t, bool stream)
+                                                                 float g, int64_t t, bool stream, float *acc)
 {
     int64_t i = 0;
     __m512 vl = _mm512_set1_ps(lse), vg = _mm512_set1_ps(g);
+#define CE_ACC(k, v) \
+    if (acc) _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), v))
     if (stream) {
         int64_t head = (int64_t)(((64 - ((uintptr_t)o & 63)) & 63) / sizeof(float));
         if (head > D) head = D;
-        if (head) _mm512_mask_storeu_ps(o, (__mmask16)((1u << head) - 1),
-                                        ce_bwd_vec(x, 0, (__mmask16)((1u << head) - 1), vl, vg, t));
-        for (i = head; i + 16 <= D; i += 16) _mm512_stream_ps(o + i, ce_bwd_vec(x, i, 0xFFFF, vl, vg, t));
+        if (head) {
+            __mmask16 k = (__mmask16)((1u << head) - 1);
+            __m512 v = ce_bwd_vec(x, 0, k, vl, vg, t);
+            _mm512_mask_storeu_ps(o, k, v);
+            CE_ACC(k, v);
+        }
+        for (i = head; i + 16 <= D; i += 16) {
+            __m512 v = ce_bwd_vec(x, i, 0xFFFF, vl, vg, t);
+            _mm512_stream_ps(o + i, v);
+            CE_ACC(0xFFFF, v);
+        }
     } else {
-        for (; i + 16 <= D; i += 16) _mm512_storeu_ps(o + i, ce_bwd_vec(x, i, 0xFFFF, vl, vg, t));
+        for (; i + 16 <= D; i += 16) {
+            __m512 v = ce_bwd_vec(x, i, 0xFFFF, vl, vg, t);
+            _mm512_storeu_ps(o + i, v);
+            CE_ACC(0xFFFF, v);
+        }
     }
     if (i < D) {
         __mmask16 k = (__mmask16)((1u << (D - i)) - 1);
-        _mm512_mask_storeu_ps(o + i, k, ce_bwd_vec(x, i, k, vl, vg, t));
+        __m512 v = ce_bwd_vec(x, i, k, vl, vg, t);
+        _mm512_mask_storeu_ps(o + i, k, v);
+        CE_ACC(k, v);
     }
+#undef CE_ACC
     if (stream) _mm_sfence();
 }
 
@@ -319,12 +341,18 @@ static double lse_f32_vec(const float *x, int64_t D)
     return (double)m + log(row_expsum_f32(x, NULL, D, m));
 }
 
-/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot). */
-NB_VEC_CLONES static void ce_bwd_f32_vec(const float *x, float *o, int64_t D, float lse, float g, int64_t t)
+/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot), and acc += o when
+ * acc is not NULL. */
+NB_VEC_CLONES static void ce_bwd_f32_vec(const float *x, float *o, int64_t D, float lse, float g, int64_t t,
+                                         float *acc)
 {
 #pragma omp simd
     for (int64_t i = 0; i < D; i++) o[i] = nb_vexpf_nonpos(x[i] - lse) * g;
     if (t >= 0 && t < D) o[t] = o[t] - g;
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < D; i++) acc[i] += o[i];
+    }
 }
 
 /* log_softmax backward of a float32 row: o = g - exp(y) * sum(g), the sum in double. */
@@ -522,55 +550,124 @@ static nb_status ce_check(nb_op op, const nb_kargs *a, int64_t *N, int64_t *C)
     return NB_OK;
 }
 
-static nb_status cross_entropy(nb_op op, const nb_kargs *a)
+/* Rows a thread sums in float32 before it adds them into its double column sums. */
+#define CE_SUM_BLOCK 32
+
+static void ce_forward(const nb_kargs *a, int64_t N, int64_t C)
 {
-    int64_t N, C;
-    NB_TRY(ce_check(op, a, &N, &C));
-    bool f32 = a->out->dtype == NB_FLOAT32, fwd = op == NB_OP_CROSS_ENTROPY;
+    bool f32 = a->out->dtype == NB_FLOAT32;
     size_t es = f32 ? 4 : 8;
     const char *xb = nb__data(a->in[0]);
-    const int64_t *tg = (const int64_t *)nb__data(a->in[fwd ? 1 : 2]);
-    char *ob = nb__data(a->out), *rb = fwd ? nb__data(a->out2) : (char *)nb__data(a->in[1]);
+    const int64_t *tg = (const int64_t *)nb__data(a->in[1]);
+    char *ob = nb__data(a->out), *rb = nb__data(a->out2);
     bool vec = f32 && nb_cpu_avx512();
     (void)vec; /* read on x86-64 only */
     int nt = nb_cpu_threads_for(N * C, 0);
-    bool stream = !fwd && nb_cpu_streams_output(N * C * (int64_t)es);
-    (void)stream; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const char *x = xb + (size_t)(n * C) * es;
         int64_t t = tg[n];
-        if (fwd) {
-            double xt = f32 ? ((const float *)x)[t] : ((const double *)x)[t];
+        double xt = f32 ? ((const float *)x)[t] : ((const double *)x)[t];
 #if defined(__x86_64__)
-            const float *next = (const float *)x + (n + 1 < N ? C : 0);
-            double lse = vec ? lse_f32_avx512((const float *)x, C, next)
-                             : f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
+        const float *next = (const float *)x + (n + 1 < N ? C : 0);
+        double lse = vec ? lse_f32_avx512((const float *)x, C, next)
+                         : f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
 #else
-            double lse = f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
+        double lse = f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
 #endif
-            if (f32) ((float *)rb)[n] = (float)lse, ((float *)ob)[n] = (float)(lse - xt);
-            else ((double *)rb)[n] = lse, ((double *)ob)[n] = lse - xt;
-            continue;
-        }
-        double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
-        double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
+        if (f32) ((float *)rb)[n] = (float)lse, ((float *)ob)[n] = (float)(lse - xt);
+        else ((double *)rb)[n] = lse, ((double *)ob)[n] = lse - xt;
+    }
+}
+
+/* One row of the backward: o = (exp(x - lse) - onehot(t)) g, and acc += o when acc is not NULL
+ * (float for float32 rows, double for float64 ones). */
+static void ce_backward_row(const char *x, char *o, int64_t C, double lse, double g, int64_t t, bool f32,
+                            bool vec, bool stream, void *acc)
+{
+    (void)vec, (void)stream; /* read on x86-64 only */
 #if defined(__x86_64__)
-        if (vec) {
-            ce_bwd_f32_avx512((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t, stream);
-            continue;
-        }
+    if (vec) {
+        ce_bwd_f32_avx512((const float *)x, (float *)o, C, (float)lse, (float)g, t, stream, acc);
+        return;
+    }
 #endif
-        if (f32) {
-            ce_bwd_f32_vec((const float *)x, (float *)ob + n * C, C, (float)lse, (float)g, t);
-            continue;
-        }
-        for (int64_t c = 0; c < C; c++) {
-            double v = exp((f32 ? ((const float *)x)[c] : ((const double *)x)[c]) - lse) * g - (c == t ? g : 0);
-            if (f32) ((float *)ob)[n * C + c] = (float)v;
-            else ((double *)ob)[n * C + c] = v;
+    if (f32) {
+        ce_bwd_f32_vec((const float *)x, (float *)o, C, (float)lse, (float)g, t, acc);
+        return;
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double v = exp(((const double *)x)[c] - lse) * g - (c == t ? g : 0);
+        ((double *)o)[c] = v;
+        if (acc) ((double *)acc)[c] += v;
+    }
+}
+
+/* The backward, and with out2 ([C], out's dtype) the sums of out's columns, made as its rows are
+ * written (a linear layer's bias gradient, without a second pass over out: rules_rnn.c). Each
+ * thread sums its rows: float32 ones in blocks of CE_SUM_BLOCK in float, added into double. */
+static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
+{
+    bool f32 = a->out->dtype == NB_FLOAT32;
+    size_t es = f32 ? 4 : 8;
+    nb_tensor *sums = a->out2;
+    if (sums && (sums->dtype != a->out->dtype || nb_tensor_numel(sums) != C || !nb__is_contiguous(sums)))
+        return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
+    int nt = nb_cpu_threads_for(N * C, 0);
+    size_t dbytes = sums ? (size_t)nt * (size_t)C * sizeof(double) : 0;
+    size_t fbytes = sums && f32 ? (size_t)nt * (size_t)C * sizeof(float) : 0;
+    double *dacc = dbytes ? nb_cpu_alloc(dbytes) : NULL;
+    float *facc = fbytes && dacc ? nb_cpu_alloc(fbytes) : NULL;
+    if ((dbytes && !dacc) || (fbytes && !facc)) {
+        if (dacc) nb_cpu_free(dacc, dbytes);
+        return nb__err(NB_ERR_OOM, "cross_entropy_backward: out of host memory for the column sums of %lld classes "
+                       "(%zu bytes)", (long long)C, dbytes + fbytes);
+    }
+    if (dacc) memset(dacc, 0, dbytes);
+    if (facc) memset(facc, 0, fbytes);
+    const char *xb = nb__data(a->in[0]), *rb = nb__data(a->in[1]);
+    const int64_t *tg = (const int64_t *)nb__data(a->in[2]);
+    char *ob = nb__data(a->out);
+    bool vec = f32 && nb_cpu_avx512(), stream = nb_cpu_streams_output(N * C * (int64_t)es);
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int id = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+        int id = 0, nth = 1;
+#endif
+        int64_t n0 = N * id / nth, n1 = N * (id + 1) / nth;
+        double *da = dacc ? dacc + (size_t)id * (size_t)C : NULL;
+        float *fa = facc ? facc + (size_t)id * (size_t)C : NULL;
+        for (int64_t n = n0; n < n1; n++) {
+            double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
+            double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
+            ce_backward_row(xb + (size_t)(n * C) * es, ob + (size_t)(n * C) * es, C, lse, g, tg[n], f32, vec, stream,
+                            f32 ? (void *)fa : (void *)da);
+            if (fa && ((n - n0 + 1) % CE_SUM_BLOCK == 0 || n + 1 == n1))
+                for (int64_t c = 0; c < C; c++) da[c] += fa[c], fa[c] = 0;
         }
     }
+    if (sums) {
+        char *sb = nb__data(sums);
+        for (int64_t c = 0; c < C; c++) {
+            double v = 0;
+            for (int k = 0; k < nt; k++) v += dacc[(size_t)k * (size_t)C + (size_t)c];
+            if (f32) ((float *)sb)[c] = (float)v;
+            else ((double *)sb)[c] = v;
+        }
+        nb_cpu_free(dacc, dbytes);
+        if (facc) nb_cpu_free(facc, fbytes);
+    }
+    return NB_OK;
+}
+
+static nb_status cross_entropy(nb_op op, const nb_kargs *a)
+{
+    int64_t N = 0, C = 0;
+    NB_TRY(ce_check(op, a, &N, &C));
+    if (op == NB_OP_CROSS_ENTROPY_BACKWARD) return ce_backward(a, N, C);
+    ce_forward(a, N, C);
     return NB_OK;
 }
 
