@@ -582,12 +582,13 @@ static int64_t sum_calls(void)
     return 0;
 }
 
-/* One case: x [4, 50, 8] through linear(8 -> 37) (bias [37] or [1, 37]), reshaped to 200 rows, into
- * cross entropy; at `threads` threads (100 rows each at 2: three blocks of 32 rows of the float32
- * sums and a part of one). The gradients of x, w and b against those from a copy of the logits
+/* One case: x [B, 50, 8] through linear(8 -> C) (bias [C] or [1, C]), reshaped to 50 B rows, into
+ * cross entropy; at `threads` threads (with 200 rows, 100 each at 2: three blocks of 32 rows of the
+ * float32 sums and a part of one; C = 48 takes float32 rows four at a time on AVX-512, and 201
+ * rows leave one over). The gradients of x, w and b against those from a copy of the logits
  * as a leaf of its own graph: its gradient gl, gl @ w, gl^T @ x and gl summed over rows by the
  * engine's nb_sum. The profiler tells whether the backward summed (only with `extra`). */
-static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra)
+static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra, int64_t C, int64_t B)
 {
     nb_scope *s = nb_scope_begin();
     int old_threads = nb_get_num_threads();
@@ -595,8 +596,8 @@ static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra)
     nb_manual_seed(11);
     nb_tensor_params p = nb_tensor_params_default();
     p.dtype = dt;
-    int64_t C = 37, rows = 200, bshape[2] = {1, C};
-    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){4, 50, 8}, 3, &p)));
+    int64_t rows = B * 50, bshape[2] = {1, C};
+    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){B, 50, 8}, 3, &p)));
     nb_tensor *w = nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 8}, 2, &p), 2)));
     nb_tensor *b = nbt_leaf(NBT_CHECK(nb_randn(row_bias ? bshape : &C, row_bias ? 2 : 1, &p)));
     p.dtype = NB_INT64;
@@ -608,8 +609,8 @@ static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra)
     nb_profiler_stop();
     int64_t sums = sum_calls();
     char what[96];
-    snprintf(what, sizeof what, "%s, %d threads, bias %s%s: sums in backward", nb_dtype_name(dt), threads,
-             row_bias ? "[1, C]" : "[C]", extra ? ", logits used twice" : "");
+    snprintf(what, sizeof what, "%s, C %lld, %lld rows, %d threads, bias %s%s: sums in backward", nb_dtype_name(dt),
+             (long long)C, (long long)rows, threads, row_bias ? "[1, C]" : "[C]", extra ? ", logits used twice" : "");
     if (extra ? sums < 1 : sums != 0) fail_msg("%s: %lld", what, (long long)sums);
 
     nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
@@ -636,7 +637,12 @@ static void test_linear_bias_ahead(void **state)
     for (int f = 0; f < 2; f++)
         for (int th = 1; th <= 2; th++)
             for (int rb = 0; rb < 2; rb++)
-                for (int ex = 0; ex < 2; ex++) bias_ahead_case(f ? NB_FLOAT64 : NB_FLOAT32, th, rb, ex);
+                for (int ex = 0; ex < 2; ex++) {
+                    bias_ahead_case(f ? NB_FLOAT64 : NB_FLOAT32, th, rb, ex, 37, 4);
+                    bias_ahead_case(f ? NB_FLOAT64 : NB_FLOAT32, th, rb, ex, 48, 4);
+                }
+    bias_ahead_case(NB_FLOAT32, 1, false, false, 48, 3);
+    bias_ahead_case(NB_FLOAT32, 2, false, false, 48, 3);
 
     nb_scope *s = nb_scope_begin();
     nb_tensor_params p = nb_tensor_params_default();
@@ -647,22 +653,27 @@ static void test_linear_bias_ahead(void **state)
     lin_ce c = {NBT_CHECK(nb_randint(0, 5, (int64_t[]){6}, 1, &p)), 6, 5};
     nbt_gradcheck(lin_ce_fn, &c, in, 3, 1e-6, 1e-8, 1e-6, "linear + cross entropy, float64");
 
-    int64_t rows = 1000, C = 10007;
-    p.dtype = NB_FLOAT32;
-    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){rows, 3}, 2, &p)));
-    nb_tensor *w = nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 3}, 2, &p), 3)));
-    nb_tensor *b = nbt_leaf(NBT_CHECK(nb_randn(&C, 1, &p)));
-    p.dtype = NB_INT64;
-    nb_tensor *t = NBT_CHECK(nb_randint(0, C, &rows, 1, &p));
-    nb_tensor *y = NBT_CHECK(nb_linear(x, w, b)), *loss = NBT_CHECK(nb_cross_entropy(y, t, NULL));
-    NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
-    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
-    nb_profiler_stop();
-    assert_int_equal(sum_calls(), 0);
-    nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
-    NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(yl, t, NULL)), NULL, NB_BACKWARD_DEFAULT));
-    nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)), NBT_CHECK(nb_sum(nb_tensor_grad(yl), (int64_t[]){0}, 1, false)),
-                     1e-5, 1e-7, "bias gradient over streamed logits");
+    for (int64_t C = 10000; C <= 10007; C += 7) { /* rows four at a time, and one at a time */
+        int64_t rows = 1000;
+        p.dtype = NB_FLOAT32;
+        nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){rows, 3}, 2, &p)));
+        nb_tensor *w = nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 3}, 2, &p), 3)));
+        nb_tensor *b = nbt_leaf(NBT_CHECK(nb_randn(&C, 1, &p)));
+        p.dtype = NB_INT64;
+        nb_tensor *t = NBT_CHECK(nb_randint(0, C, &rows, 1, &p));
+        nb_tensor *y = NBT_CHECK(nb_linear(x, w, b)), *loss = NBT_CHECK(nb_cross_entropy(y, t, NULL));
+        NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+        NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+        nb_profiler_stop();
+        assert_int_equal(sum_calls(), 0);
+        nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
+        NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(yl, t, NULL)), NULL, NB_BACKWARD_DEFAULT));
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)),
+                         NBT_CHECK(nb_sum(nb_tensor_grad(yl), (int64_t[]){0}, 1, false)), 1e-5, 1e-7,
+                         "bias gradient over streamed logits");
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(w)), NBT_CHECK(nb_matmul(nb_t(nb_tensor_grad(yl)), x)), 1e-5, 1e-6,
+                         "weight gradient over streamed logits");
+    }
     nb_scope_end(s);
 }
 

@@ -21,6 +21,9 @@
  *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
  *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row;
  *                           with out2 [C] also out2[c] = sum over n of out[n, c], in the same pass
+ *                           (float32 with AVX-512 and C a multiple of 16: four rows at a time, their
+ *                           sum added once; 24 against 25 ms without the sums, and the engine's 11 ms
+ *                           sum gone, on the LSTM's [4096, 10000] at 1 thread on the Xeon)
  * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). */
 #include <math.h>
 #include <string.h>
@@ -220,45 +223,49 @@ __attribute__((target("avx512f"))) static inline __m512 ce_bwd_vec(const float *
     return t >= i && t < i + 16 ? _mm512_mask_sub_ps(v, (__mmask16)(1u << (t - i)), v, vg) : v;
 }
 
-/* o = (exp(x - lse) - onehot(t)) * g over a float32 row (t < 0: no one-hot), and acc += o when
- * acc is not NULL (a block of rows' column sums). stream: the 64-byte-aligned middle of the row is
- * written with streaming stores (an output larger than the last-level cache: the LSTM's
- * [4096, 10000] logits' gradient). */
-__attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, float lse,
-                                                                 float g, int64_t t, bool stream, float *acc)
+/* Rows of the backward the AVX-512 kernel takes at once when it sums them (CE_ROWS_MAX): their
+ * sum goes into acc once per vector rather than once per row. */
+#define CE_ROWS_MAX 4
+
+/* o_r = (exp(x_r - lse[r]) - onehot(t[r])) * g[r] over R float32 rows (R <= CE_ROWS_MAX; row r is
+ * x + r D and o + r D; t < 0: no one-hot), and acc += the rows' sum when acc is not NULL. Several
+ * rows need D a multiple of 16, so that they share o's alignment. stream: the 64-byte-aligned
+ * middle of each row is written with streaming stores (an output larger than the last-level
+ * cache: the LSTM's [4096, 10000] logits' gradient). */
+__attribute__((target("avx512f"))) static void ce_bwd_f32_avx512(const float *x, float *o, int64_t D, int R,
+                                                                 const float *lse, const float *g, const int64_t *t,
+                                                                 bool stream, float *acc)
 {
+    __m512 vl[CE_ROWS_MAX], vg[CE_ROWS_MAX];
+    for (int r = 0; r < R; r++) vl[r] = _mm512_set1_ps(lse[r]), vg[r] = _mm512_set1_ps(g[r]);
     int64_t i = 0;
-    __m512 vl = _mm512_set1_ps(lse), vg = _mm512_set1_ps(g);
-#define CE_ACC(k, v) \
-    if (acc) _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), v))
+    /* the R rows' values at [i, i + 16) in the lanes of k, stored with STORE, summed into acc */
+#define CE_VEC(k, STORE)                                                                              \
+    do {                                                                                              \
+        __m512 sum = _mm512_setzero_ps();                                                             \
+        for (int r = 0; r < R; r++) {                                                                 \
+            __m512 v = ce_bwd_vec(x + r * D, i, k, vl[r], vg[r], t[r]);                               \
+            STORE;                                                                                    \
+            sum = _mm512_add_ps(sum, v);                                                              \
+        }                                                                                             \
+        if (acc) _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), sum)); \
+    } while (0)
     if (stream) {
         int64_t head = (int64_t)(((64 - ((uintptr_t)o & 63)) & 63) / sizeof(float));
         if (head > D) head = D;
         if (head) {
             __mmask16 k = (__mmask16)((1u << head) - 1);
-            __m512 v = ce_bwd_vec(x, 0, k, vl, vg, t);
-            _mm512_mask_storeu_ps(o, k, v);
-            CE_ACC(k, v);
+            CE_VEC(k, _mm512_mask_storeu_ps(o + r * D + i, k, v));
         }
-        for (i = head; i + 16 <= D; i += 16) {
-            __m512 v = ce_bwd_vec(x, i, 0xFFFF, vl, vg, t);
-            _mm512_stream_ps(o + i, v);
-            CE_ACC(0xFFFF, v);
-        }
+        for (i = head; i + 16 <= D; i += 16) CE_VEC(0xFFFF, _mm512_stream_ps(o + r * D + i, v));
     } else {
-        for (; i + 16 <= D; i += 16) {
-            __m512 v = ce_bwd_vec(x, i, 0xFFFF, vl, vg, t);
-            _mm512_storeu_ps(o + i, v);
-            CE_ACC(0xFFFF, v);
-        }
+        for (; i + 16 <= D; i += 16) CE_VEC(0xFFFF, _mm512_storeu_ps(o + r * D + i, v));
     }
     if (i < D) {
         __mmask16 k = (__mmask16)((1u << (D - i)) - 1);
-        __m512 v = ce_bwd_vec(x, i, k, vl, vg, t);
-        _mm512_mask_storeu_ps(o + i, k, v);
-        CE_ACC(k, v);
+        CE_VEC(k, _mm512_mask_storeu_ps(o + r * D + i, k, v));
     }
-#undef CE_ACC
+#undef CE_VEC
     if (stream) _mm_sfence();
 }
 
@@ -580,25 +587,32 @@ static void ce_forward(const nb_kargs *a, int64_t N, int64_t C)
     }
 }
 
-/* One row of the backward: o = (exp(x - lse) - onehot(t)) g, and acc += o when acc is not NULL
- * (float for float32 rows, double for float64 ones). */
-static void ce_backward_row(const char *x, char *o, int64_t C, double lse, double g, int64_t t, bool f32,
-                            bool vec, bool stream, void *acc)
+/* Rows n .. n + R of the backward (R > 1 only for float32 with AVX-512 and C a multiple of 16):
+ * o = (exp(x - lse) - onehot(t)) g, and acc += o when acc is not NULL (float for float32 rows,
+ * double for float64 ones). */
+static void ce_backward_rows(const char *xb, const char *rb, const int64_t *tg, char *ob, int64_t N, int64_t C,
+                             int64_t n, int R, bool f32, bool vec, bool stream, void *acc)
 {
+    size_t es = f32 ? 4 : 8, at = (size_t)(n * C) * es;
     (void)vec, (void)stream; /* read on x86-64 only */
 #if defined(__x86_64__)
     if (vec) {
-        ce_bwd_f32_avx512((const float *)x, (float *)o, C, (float)lse, (float)g, t, stream, acc);
+        const float *r = (const float *)rb;
+        ce_bwd_f32_avx512((const float *)(xb + at), (float *)(ob + at), C, R, r + n, r + N + n, tg + n, stream, acc);
         return;
     }
 #endif
+    double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
+    double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
     if (f32) {
-        ce_bwd_f32_vec((const float *)x, (float *)o, C, (float)lse, (float)g, t, acc);
+        ce_bwd_f32_vec((const float *)(xb + at), (float *)(ob + at), C, (float)lse, (float)g, tg[n], acc);
         return;
     }
+    const double *x = (const double *)(xb + at);
+    double *o = (double *)(ob + at);
     for (int64_t c = 0; c < C; c++) {
-        double v = exp(((const double *)x)[c] - lse) * g - (c == t ? g : 0);
-        ((double *)o)[c] = v;
+        double v = exp(x[c] - lse) * g - (c == tg[n] ? g : 0);
+        o[c] = v;
         if (acc) ((double *)acc)[c] += v;
     }
 }
@@ -629,6 +643,7 @@ static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
     const int64_t *tg = (const int64_t *)nb__data(a->in[2]);
     char *ob = nb__data(a->out);
     bool vec = f32 && nb_cpu_avx512(), stream = nb_cpu_streams_output(N * C * (int64_t)es);
+    int rows_at_once = vec && C % 16 == 0 ? CE_ROWS_MAX : 1;
 #pragma omp parallel num_threads(nt)
     {
 #ifdef _OPENMP
@@ -639,12 +654,13 @@ static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
         int64_t n0 = N * id / nth, n1 = N * (id + 1) / nth;
         double *da = dacc ? dacc + (size_t)id * (size_t)C : NULL;
         float *fa = facc ? facc + (size_t)id * (size_t)C : NULL;
-        for (int64_t n = n0; n < n1; n++) {
-            double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
-            double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
-            ce_backward_row(xb + (size_t)(n * C) * es, ob + (size_t)(n * C) * es, C, lse, g, tg[n], f32, vec, stream,
-                            f32 ? (void *)fa : (void *)da);
-            if (fa && ((n - n0 + 1) % CE_SUM_BLOCK == 0 || n + 1 == n1))
+        for (int64_t n = n0; n < n1;) {
+            int64_t left = n1 - n, block = CE_SUM_BLOCK - (n - n0) % CE_SUM_BLOCK;
+            int R = rows_at_once < left ? rows_at_once : (int)left;
+            if (R > block) R = (int)block;
+            ce_backward_rows(xb, rb, tg, ob, N, C, n, R, f32, vec, stream, f32 ? (void *)fa : (void *)da);
+            n += R;
+            if (fa && ((n - n0) % CE_SUM_BLOCK == 0 || n == n1))
                 for (int64_t c = 0; c < C; c++) da[c] += fa[c], fa[c] = 0;
         }
     }
