@@ -185,6 +185,8 @@ __attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const
 #endif
 
 #if defined(__x86_64__)
+#define LSE_BLOCK 16
+
 /* log(sum(exp(x - max))) + max of a float32 row, the sum in double over blocks of LSE_BLOCK
  * vectors summed in float (each lane's block adds 16 values of at most 1, so its rounding stays
  * near float's own; the conversions to double were a fifth of the loop's instructions: 15.9 ->
@@ -194,8 +196,6 @@ __attribute__((target("avx512f"))) static void expsub_f32_avx512(float *e, const
  * overlapping the two saved a third of cross entropy's forward on the LSTM's [4096, 10000]
  * logits (19 -> 14 ms at 1 thread on the Xeon). Into L2, not L1: two such rows, 80 KB, do not fit
  * its 48 KB L1 together (18 -> 16 ms at 1 thread, session 27). */
-#define LSE_BLOCK 16
-
 __attribute__((target("avx512f"))) static double lse_f32_avx512(const float *x, int64_t D, const float *next)
 {
     int64_t i;
@@ -639,17 +639,14 @@ static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
     if (sums && (sums->dtype != a->out->dtype || nb_tensor_numel(sums) != C || !nb__is_contiguous(sums)))
         return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
     int nt = nb_cpu_threads_for(N * C, 0);
-    size_t dbytes = sums ? (size_t)nt * (size_t)C * sizeof(double) : 0;
-    size_t fbytes = sums && f32 ? (size_t)nt * (size_t)C * sizeof(float) : 0;
-    double *dacc = dbytes ? nb_cpu_alloc(dbytes) : NULL;
-    float *facc = fbytes && dacc ? nb_cpu_alloc(fbytes) : NULL;
-    if ((dbytes && !dacc) || (fbytes && !facc)) {
-        if (dacc) nb_cpu_free(dacc, dbytes);
+    /* per thread: C double sums, then (float32) C float ones */
+    size_t bytes = sums ? (size_t)nt * (size_t)C * (sizeof(double) + (f32 ? sizeof(float) : 0)) : 0;
+    double *dacc = bytes ? nb_cpu_alloc(bytes) : NULL;
+    if (bytes && !dacc)
         return nb__err(NB_ERR_OOM, "cross_entropy_backward: out of host memory for the column sums of %lld classes "
-                       "(%zu bytes)", (long long)C, dbytes + fbytes);
-    }
-    if (dacc) memset(dacc, 0, dbytes);
-    if (facc) memset(facc, 0, fbytes);
+                       "(%zu bytes)", (long long)C, bytes);
+    if (dacc) memset(dacc, 0, bytes);
+    float *facc = dacc && f32 ? (float *)(dacc + (size_t)nt * (size_t)C) : NULL;
     const char *xb = nb__data(a->in[0]), *rb = nb__data(a->in[1]);
     const int64_t *tg = (const int64_t *)nb__data(a->in[2]);
     char *ob = nb__data(a->out);
@@ -683,8 +680,7 @@ static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
             if (f32) ((float *)sb)[c] = (float)v;
             else ((double *)sb)[c] = v;
         }
-        nb_cpu_free(dacc, dbytes);
-        if (facc) nb_cpu_free(facc, fbytes);
+        nb_cpu_free(dacc, bytes);
     }
     return NB_OK;
 }
