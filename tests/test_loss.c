@@ -684,6 +684,77 @@ static void test_linear_bias_ahead(void **state)
     nb_scope_end(s);
 }
 
+/* One case of the probabilities cross entropy saves (src/nn/loss.c, ce_rows): 130 rows of C
+ * classes, straight or from linear(6 -> C), reduced by red and multiplied by mult; backward once,
+ * or (retain) once keeping the graph and once more freeing it. The gradients against ones made
+ * from nb_softmax and nb_one_hot: r = (softmax(y) - onehot(t)) k, k the gradient each row's loss
+ * gets in all (mult, over the rows for a mean, twice with retain); then dy = r, and through the
+ * linear layer dx = r @ w, dw = r^T @ x and db = r summed over rows (the absolute tolerance
+ * scales with k). */
+static void probs_case(nb_dtype dt, int threads, int64_t C, bool linear, nb_reduction red, double mult, bool retain)
+{
+    nb_scope *s = nb_scope_begin();
+    int old_threads = nb_get_num_threads();
+    NBT_OK(nb_set_num_threads(threads));
+    nb_manual_seed(5);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = dt;
+    int64_t rows = 130;
+    nb_tensor *x = nbt_leaf(NBT_CHECK(nb_randn((int64_t[]){rows, linear ? 6 : C}, 2, &p)));
+    nb_tensor *w = linear ? nbt_leaf(NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){C, 6}, 2, &p), 2))) : NULL;
+    nb_tensor *b = linear ? nbt_leaf(NBT_CHECK(nb_randn(&C, 1, &p))) : NULL;
+    p.dtype = NB_INT64;
+    nb_tensor *t = NBT_CHECK(nb_randint(0, C, &rows, 1, &p));
+    nb_tensor *y = linear ? NBT_CHECK(nb_linear(x, w, b)) : x;
+    nb_cross_entropy_params cp = nb_cross_entropy_params_default();
+    cp.reduction = red;
+    nb_tensor *loss = NBT_CHECK(nb_cross_entropy(y, t, &cp));
+    if (mult != 1) loss = NBT_CHECK(nb_mul_scalar(loss, mult));
+    if (retain) NBT_OK(nb_backward(loss, NULL, NB_RETAIN_GRAPH));
+    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+
+    double k = mult * (retain ? 2 : 1) / (red == NB_REDUCE_MEAN ? (double)rows : 1);
+    nb_tensor *oh = NBT_CHECK(nb_to_dtype(nb_one_hot(t, C), dt));
+    nb_tensor *r = NBT_CHECK(nb_mul_scalar(nb_sub(nb_softmax(nb_detach(y), 1), oh), k));
+    char what[128];
+    snprintf(what, sizeof what, "%s, C %lld, %d threads, %s, %s x %g%s", nb_dtype_name(dt), (long long)C, threads,
+             linear ? "linear" : "leaf", red == NB_REDUCE_MEAN ? "mean" : "sum", mult, retain ? ", retained" : "");
+    /* r's entries are at most k; products over its rows cancel to near 0 */
+    double rtol = dt == NB_FLOAT32 ? 1e-5 : 1e-12, atol = k * (dt == NB_FLOAT32 ? 2e-5 : 1e-13);
+    if (!linear) {
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(x)), r, rtol, atol, what);
+    } else {
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)), NBT_CHECK(nb_sum(r, (int64_t[]){0}, 1, false)), rtol, atol,
+                         what);
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(w)), NBT_CHECK(nb_matmul(nb_t(r), x)), rtol, atol, what);
+        nbt_assert_close(NBT_CHECK(nb_tensor_grad(x)), NBT_CHECK(nb_matmul(r, w)), rtol, atol, what);
+    }
+    NBT_OK(nb_set_num_threads(old_threads));
+    nb_scope_end(s);
+}
+
+/* Cross entropy's saved probabilities: written in place into the gradient when each row's
+ * gradient is their scale (a mean or a sum, backward once), scaled in a pass otherwise (the loss
+ * multiplied, or a graph kept for a second backward, which must find them unchanged and then
+ * writes in place). float32 and float64, 1 and 2 threads, C = 37 and 48 (a multiple of 16: the
+ * AVX-512 rows four at a time), with and without a linear layer whose bias gradient comes from
+ * the forward's column sums. */
+static void test_ce_probabilities(void **state)
+{
+    (void)state;
+    for (int f = 0; f < 2; f++)
+        for (int th = 1; th <= 2; th++)
+            for (int64_t C = 37; C <= 48; C += 11)
+                for (int lin = 0; lin < 2; lin++) {
+                    nb_dtype dt = f ? NB_FLOAT64 : NB_FLOAT32;
+                    probs_case(dt, th, C, lin, NB_REDUCE_MEAN, 1, false);
+                    probs_case(dt, th, C, lin, NB_REDUCE_SUM, 1, false);
+                    probs_case(dt, th, C, lin, NB_REDUCE_MEAN, 3, false);
+                    probs_case(dt, th, C, lin, NB_REDUCE_MEAN, 1, true);
+                    probs_case(dt, th, C, lin, NB_REDUCE_SUM, 0.5, true);
+                }
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -749,6 +820,7 @@ int main(void)
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_large_backward_streams),
         cmocka_unit_test(test_linear_bias_ahead),
+        cmocka_unit_test(test_ce_probabilities),
         cmocka_unit_test_teardown(test_device_targets, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_all_ignored, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_large_ignore, device_targets_off),

@@ -53,6 +53,8 @@ typedef struct nb_node {
     /* The engine's per-backward state (a graph is walked by one backward at a time). */
     int deps;
     bool seen;
+    bool keep_saved; /* this backward keeps the saved tensors (NB_RETAIN_GRAPH): a rule must not
+                      * write into them */
     nb_tensor *grad_buf;
     /* A LINEAR node's bias gradient made ahead by the rule that made the gradient of its output
      * (nb__linear_bias_ahead), and that gradient (bias_ahead_of); both owned, dropped by the
@@ -108,6 +110,10 @@ nb_tensor *nb__edge_sink(const nb_node *node, int i, const nb_tensor *x, const n
  * the rule may make as it writes the gradient and hand over with nb__linear_bias_ahead. NULL
  * otherwise. */
 nb_node *nb__linear_below(const nb_node *node, int i, int64_t C, nb_dtype dtype);
+/* For a forward op about to record its node: whether x was made by a LINEAR node through
+ * reshapes (VIEW nodes) with its last dim C and a bias that needs a gradient of C values of dtype,
+ * the case where nb__linear_below may later find it (if nothing else takes x by then). */
+bool nb__made_by_linear(const nb_tensor *x, int64_t C, nb_dtype dtype);
 /* Hands linear (from nb__linear_below) its bias gradient db (the bias's shape), made from the
  * gradient g the calling rule gives (new references are taken). */
 void nb__linear_bias_ahead(nb_node *linear, nb_tensor *db, nb_tensor *g);

@@ -147,6 +147,18 @@ static nb_status leaf_edge_done(nb_tensor *leaf)
     return leaf->bw_hook->ready(leaf->bw_owner, leaf->bw_index);
 }
 
+/* Whether n, reached through an edge of e's shape, is a LINEAR node whose output's last dim is C
+ * and whose bias needs a gradient of C values of dtype. */
+static bool linear_with_bias(const nb_node *n, int e_ndim, const int64_t *e_shape, nb_dtype e_dtype, int64_t C,
+                             nb_dtype dtype)
+{
+    if (!n || n->op != NB_OP_LINEAR || n->n_inputs != 3 || e_ndim < 1 || e_shape[e_ndim - 1] != C ||
+        e_dtype != dtype || !nb__edge_needs_grad(n, 2))
+        return false;
+    const nb_edge *b = &n->next[2];
+    return b->dtype == dtype && b->ndim >= 1 && b->shape[b->ndim - 1] == C && nb__numel(b->shape, b->ndim) == C;
+}
+
 nb_node *nb__linear_below(const nb_node *node, int i, int64_t C, nb_dtype dtype)
 {
     const nb_edge *e = &node->next[i];
@@ -156,13 +168,22 @@ nb_node *nb__linear_below(const nb_node *node, int i, int64_t C, nb_dtype dtype)
         e = &n->next[0];
         n = e->fn;
     }
-    if (!n || n->op != NB_OP_LINEAR || n->grad_buf || n->deps != 1 || n->n_inputs != 3 || e->ndim < 1 ||
-        e->shape[e->ndim - 1] != C || e->dtype != dtype || !nb__edge_needs_grad(n, 2))
-        return NULL;
-    const nb_edge *b = &n->next[2];
-    return b->dtype == dtype && b->ndim >= 1 && b->shape[b->ndim - 1] == C && nb__numel(b->shape, b->ndim) == C
-               ? n
-               : NULL;
+    return n && !n->grad_buf && n->deps == 1 && linear_with_bias(n, e->ndim, e->shape, e->dtype, C, dtype) ? n
+                                                                                                        : NULL;
+}
+
+bool nb__made_by_linear(const nb_tensor *x, int64_t C, nb_dtype dtype)
+{
+    nb_node *n = x->grad_fn;
+    int ndim = x->ndim;
+    const int64_t *shape = x->shape;
+    nb_dtype dt = x->dtype;
+    while (n && n->op == NB_OP_VIEW && n->n_inputs >= 1) {
+        const nb_edge *e = &n->next[0];
+        ndim = e->ndim, shape = e->shape, dt = e->dtype;
+        n = e->fn;
+    }
+    return linear_with_bias(n, ndim, shape, dt, C, dtype);
 }
 
 void nb__linear_bias_ahead(nb_node *linear, nb_tensor *db, nb_tensor *g)
@@ -240,6 +261,7 @@ static nb_status run_graph(nb_node *root, nb_tensor *root_grad, int flags)
             st = nb_last_status();
             break;
         }
+        n->keep_saved = flags & NB_RETAIN_GRAPH;
         st = run_node(n, &ready);
         nb_scope_end(s);
         nb__release(n->grad_buf);

@@ -59,21 +59,34 @@ nb_status nb__bw_LSTM_LAYER(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
 /* Input x [N, C] (the target needs no gradient); saved (x, lse [N], target); grad [N]. When x is
  * a linear layer's output (through reshapes) that nothing else takes, the kernel also sums the
  * gradient's columns as it writes them, and the LINEAR rule takes that as its bias's gradient
- * (nb__linear_below): the engine's sum over the gradient would read all of it again. */
+ * (nb__linear_below): the engine's sum over the gradient would read all of it again.
+ * With flag (src/nn/loss.c), saved slot 0 is instead the forward's probabilities times s0,
+ * q [N + i1, C] (i1 = 1: row N holds their column sums). When every g[n] is s0 (the mean's or
+ * the sum's gradient, as a loss's backward gives it) and this backward frees the saved tensors
+ * after, the gradient is q itself, less s0 at the targets: the kernel writes N values. */
 nb_status nb__bw_CROSS_ENTROPY(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
 {
     nb_tensor *x = nb__node_saved(node, 0), *lse = nb__node_saved(node, 1), *tgt = nb__node_saved(node, 2);
     if (!x || !lse || !tgt) return nb_last_status();
     nb_tensor *two[2] = {lse, nb_contiguous(nb_expand(grad, lse->shape, 1))};
     nb_tensor *rows = two[1] ? nb_stack(two, 2, 0) : NULL;
+    if (!rows) return nb_last_status();
+    int64_t N = lse->shape[0], C = x->shape[1];
+    bool probs = node->flag, sums_ahead = probs && node->i1 == 1;
+    bool in_place = probs && !node->keep_saved && x->storage->device.type == NB_DEVICE_CPU;
+    for (int64_t n = 0; in_place && n < N; n++) /* g, the second row of rows, against the scale */
+        in_place = (x->dtype == NB_FLOAT32 ? (double)((const float *)nb__data(rows))[N + n]
+                                           : ((const double *)nb__data(rows))[N + n]) ==
+                   (x->dtype == NB_FLOAT32 ? (double)(float)node->s0 : node->s0);
     nb_tensor_params p = {.dtype = x->dtype, .device = x->storage->device};
-    nb_tensor *gx = rows ? nb_empty(x->shape, x->ndim, &p) : NULL;
+    nb_tensor *gx = in_place ? nb_narrow(x, 0, 0, N) : nb_empty((int64_t[]){N, C}, 2, &p);
     if (!gx) return nb_last_status();
-    nb_node *lin = nb__linear_below(node, 0, x->shape[1], x->dtype);
+    /* in place, the sums come from q's row N: none without it */
+    nb_node *lin = !in_place || sums_ahead ? nb__linear_below(node, 0, C, x->dtype) : NULL;
     const nb_edge *b = lin ? &lin->next[2] : NULL;
     nb_tensor *db = b ? nb_empty(b->shape, b->ndim, &p) : NULL;
     if (b && !db) return nb_last_status();
-    nb_kargs k = {.out = gx, .out2 = db, .in = {x, rows, tgt}};
+    nb_kargs k = {.out = gx, .out2 = db, .in = {x, rows, tgt}, .flag = probs, .s0 = node->s0, .i1 = node->i1};
     NB_TRY(nb__dispatch(NB_OP_CROSS_ENTROPY_BACKWARD, &k));
     if (lin) nb__linear_bias_ahead(lin, db, gx);
     grad_in[0] = gx;

@@ -219,8 +219,14 @@ static nb_tensor *smooth_term(const class_loss *c, const nb_tensor *lp, const nb
 /* The fused CROSS_ENTROPY op (kernel in the softmax family, rule in rules_rnn.c): per-row losses
  * logsumexp(x[n]) - x[n, t[n]] of logits x [N, C] with safe targets t [N], in one pass over x;
  * its backward is (softmax(x[n]) - onehot(t[n])) g[n], again one pass, from the saved row
- * logsumexps. Runs inside the caller's scope. */
-static nb_tensor *ce_rows(const nb_tensor *logits, const nb_tensor *safe)
+ * logsumexps. With scale > 0 (the g[n] a mean or sum over the rows gives each row) and a graph
+ * being recorded, the forward also writes the probabilities times scale, q, in the same pass,
+ * and the node saves q in place of x. The backward then only subtracts scale at the targets, in
+ * place, when every g[n] is scale: on the DLBench LSTM's [4096, 10000] logits that is one pass
+ * over 164 MB fewer, and one exp per logit. When x is a linear layer's output, q gets a row N
+ * more, its column sums: the layer's bias gradient less the targets' counts times scale.
+ * Runs inside the caller's scope. */
+static nb_tensor *ce_rows(const nb_tensor *logits, const nb_tensor *safe, double scale)
 {
     nb_tensor *x = nb__is_contiguous(logits) ? (nb_tensor *)logits : nb_contiguous(logits);
     if (!x) return NULL;
@@ -228,14 +234,24 @@ static nb_tensor *ce_rows(const nb_tensor *logits, const nb_tensor *safe)
     nb_tensor *out = nb__tensor_new(x->shape, 1, x->dtype, dev);
     nb_tensor *lse = out ? nb__tensor_new(x->shape, 1, x->dtype, dev) : NULL;
     nb_status st = lse ? NB_OK : nb_last_status();
+    const nb_tensor *in = x;
+    bool probs = st == NB_OK && scale > 0 && nb__needs_grad(&in, 1);
+    bool sums = probs && nb__made_by_linear(x, x->shape[1], x->dtype);
+    nb_tensor *q = NULL;
+    if (probs) {
+        q = nb__tensor_new_named("cross_entropy", (int64_t[]){x->shape[0] + sums, x->shape[1]}, 2, x->dtype, dev);
+        if (!q) st = nb_last_status();
+    }
     if (st == NB_OK) {
-        nb_kargs k = {.out = out, .out2 = lse, .in = {x, safe}};
+        nb_kargs k = {.out = out, .out2 = lse, .out3 = q, .in = {x, safe}, .s0 = scale, .i1 = sums};
         st = nb__dispatch(NB_OP_CROSS_ENTROPY, &k);
     }
     if (st == NB_OK) {
-        const nb_tensor *in = x, *save[3] = {x, lse, safe};
-        nb__record(NB_OP_CROSS_ENTROPY, out, &in, 1, save, 3, &st);
+        const nb_tensor *save[3] = {probs ? q : x, lse, safe};
+        nb_node *node = nb__record(NB_OP_CROSS_ENTROPY, out, &in, 1, save, 3, &st);
+        if (node && probs) node->flag = true, node->s0 = scale, node->i1 = sums;
     }
+    nb__release(q);
     nb__release(lse);
     if (st != NB_OK) {
         nb__release(out);
@@ -254,7 +270,10 @@ static nb_tensor *nll_from_safe(const class_loss *c, const nb_tensor *lp, const 
     if (!zero || (c->weight && !w)) return NULL;
     nb_tensor *per;
     if (fused) {
-        per = ce_rows(lp, tg->safe);
+        /* the gradient each row's loss will get from the reduction, when all get the same */
+        double scale = w || tg->keep || !tg->nkeep || c->reduction == NB_REDUCE_NONE ? 0
+                       : c->reduction == NB_REDUCE_MEAN ? 1.0 / (double)tg->nkeep : 1.0;
+        per = ce_rows(lp, tg->safe, scale);
     } else {
         nb_tensor *idx = nb_unsqueeze(tg->safe, 1);
         nb_tensor *picked = idx ? nb_gather(lp, 1, idx) : NULL;

@@ -17,13 +17,20 @@
  * passes take, within 2 ulp down to float32's normal range, without the overflow side and the
  * subnormal rounding of nb_vexpf; 1.3-1.5x faster cross entropy over [4096, 10000] on Zen 3).
  *   CROSS_ENTROPY           x [N, C], targets t [N] (int64, in range): out[n] = lse(x[n]) - x[n, t],
- *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double)
+ *                           out2[n] = lse(x[n]) (= max + log(sum(exp(x - max))), the sum in double);
+ *                           with out3 q [N + i1, C] also the probabilities times s0 > 0,
+ *                           q[n, c] = exp(x[n, c] - lse[n]) s0, and with i1 = 1 q's row N = the sums
+ *                           of its N rows' columns, all in the same pass
  *   CROSS_ENTROPY_BACKWARD  in = (x, r [2, N] = (lse, upstream grad g), t):
  *                           out[n, c] = (exp(x[n, c] - lse[n]) - (c == t[n])) g[n], one pass per row;
  *                           with out2 [C] also out2[c] = sum over n of out[n, c], in the same pass
  *                           (float32 with AVX-512 and C a multiple of 16: four rows at a time, their
  *                           sum added once; 24 against 25 ms without the sums, and the engine's 11 ms
- *                           sum gone, on the LSTM's [4096, 10000] at 1 thread on the Xeon)
+ *                           sum gone, on the LSTM's [4096, 10000] at 1 thread on the Xeon). With
+ *                           flag, x is the forward's q (scale s0, N + i1 rows): out = q g / s0 -
+ *                           onehot(t) g; when out is q's own first N rows (in place), every g must
+ *                           be s0, only the targets' entries change, and out2 is q's row N (i1 = 1)
+ *                           less s0 times each class's count: no pass over the rows at all
  * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). */
 #include <math.h>
 #include <string.h>
@@ -556,102 +563,135 @@ static double ce_lse_ref(const char *x, int64_t C, bool f32)
     return m + log(s);
 }
 
+/* The operands of both ops: N = the targets' count; x has N rows, or N + i1 when it is the
+ * forward's probabilities (flag, backward). */
 static nb_status ce_check(nb_op op, const nb_kargs *a, int64_t *N, int64_t *C)
 {
-    const nb_tensor *x = a->in[0], *t = a->in[op == NB_OP_CROSS_ENTROPY ? 1 : 2];
-    const nb_tensor *r = op == NB_OP_CROSS_ENTROPY ? a->out2 : a->in[1];
+    bool fwd = op == NB_OP_CROSS_ENTROPY;
+    const nb_tensor *x = a->in[0], *t = a->in[fwd ? 1 : 2], *o = a->out;
+    const nb_tensor *r = fwd ? a->out2 : a->in[1], *q = fwd ? a->out3 : a->flag ? x : NULL;
     if (!x || !t || !r || x->ndim != 2 || t->dtype != NB_INT64 || !nb__is_contiguous(x) || !nb__is_contiguous(t) ||
-        !nb__is_contiguous(a->out) || !nb__is_contiguous(r) || x->dtype != a->out->dtype || r->dtype != x->dtype ||
-        nb_tensor_numel(t) != x->shape[0])
+        !nb__is_contiguous(o) || !nb__is_contiguous(r) || x->dtype != o->dtype || r->dtype != x->dtype)
         return nb__err(NB_ERR_INTERNAL, "%s: bad operands", nb__op_name(op));
-    *N = x->shape[0], *C = x->shape[1];
+    *N = nb_tensor_numel(t), *C = x->shape[1];
+    int64_t rows = *N + (q && a->i1 ? 1 : 0);
+    bool ok = x->shape[0] == (q == x ? rows : *N) && nb_tensor_numel(r) == (fwd ? 1 : 2) * *N &&
+              nb_tensor_numel(o) == (fwd ? 1 : *C) * *N && (!q || a->s0 > 0);
+    if (fwd && q)
+        ok = ok && q->ndim == 2 && q->shape[0] == rows && q->shape[1] == *C && q->dtype == x->dtype &&
+             nb__is_contiguous(q);
+    if (!ok) return nb__err(NB_ERR_INTERNAL, "%s: operands of mismatched sizes", nb__op_name(op));
     return NB_OK;
 }
 
 /* Rows a thread sums in float32 before it adds them into its double column sums. */
 #define CE_SUM_BLOCK 32
 
-static void ce_forward(const nb_kargs *a, int64_t N, int64_t C)
+/* One pass of either op over the N rows of C classes (ce_run):
+ *   forward (loss set): lse[n] and loss[n] from the logits x, and with o, o = softmax(x) scale;
+ *   backward: o = (softmax(x) - onehot(t)) g from the logits x and lse;
+ *   backward with probs: o = x g / scale - onehot(t) g, x being the forward's o;
+ * and with sums, the sums of o's columns. g is the upstream gradient [N] (backward only). */
+typedef struct ce_pass {
+    int64_t N, C;
+    bool f32, vec, stream, probs;
+    const char *x, *g;
+    const int64_t *t;
+    char *lse, *loss, *o, *sums;
+    double scale;
+} ce_pass;
+
+/* The forward's logsumexp and loss of row n. */
+static void ce_lse_row(const ce_pass *p, int64_t n)
 {
-    bool f32 = a->out->dtype == NB_FLOAT32;
-    size_t es = f32 ? 4 : 8;
-    const char *xb = nb__data(a->in[0]);
-    const int64_t *tg = (const int64_t *)nb__data(a->in[1]);
-    char *ob = nb__data(a->out), *rb = nb__data(a->out2);
-    bool vec = f32 && nb_cpu_avx512();
-    (void)vec; /* read on x86-64 only */
-    int nt = nb_cpu_threads_for(N * C, 0);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const char *x = xb + (size_t)(n * C) * es;
-        int64_t t = tg[n];
-        double xt = f32 ? ((const float *)x)[t] : ((const double *)x)[t];
+    const char *x = p->x + (size_t)(n * p->C) * (p->f32 ? 4 : 8);
+    int64_t t = p->t[n];
+    double xt = p->f32 ? ((const float *)x)[t] : ((const double *)x)[t];
 #if defined(__x86_64__)
-        const float *next = (const float *)x + (n + 1 < N ? C : 0);
-        double lse = vec ? lse_f32_avx512((const float *)x, C, next)
-                         : f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
+    const float *next = (const float *)x + (n + 1 < p->N ? p->C : 0);
+    double lse = p->vec ? lse_f32_avx512((const float *)x, p->C, next)
+                        : p->f32 ? lse_f32_vec((const float *)x, p->C) : ce_lse_ref(x, p->C, p->f32);
 #else
-        double lse = f32 ? lse_f32_vec((const float *)x, C) : ce_lse_ref(x, C, f32);
+    double lse = p->f32 ? lse_f32_vec((const float *)x, p->C) : ce_lse_ref(x, p->C, p->f32);
 #endif
-        if (f32) ((float *)rb)[n] = (float)lse, ((float *)ob)[n] = (float)(lse - xt);
-        else ((double *)rb)[n] = lse, ((double *)ob)[n] = lse - xt;
+    if (p->f32) ((float *)p->lse)[n] = (float)lse, ((float *)p->loss)[n] = (float)(lse - xt);
+    else ((double *)p->lse)[n] = lse, ((double *)p->loss)[n] = lse - xt;
+}
+
+/* o = q f - onehot(t) g over a float32 row of the forward's probabilities q (f = g / scale), and
+ * acc += o when acc is not NULL. */
+NB_VEC_CLONES static void ce_probs_f32_vec(const float *q, float *o, int64_t D, float f, float g, int64_t t,
+                                           float *acc)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < D; i++) o[i] = q[i] * f;
+    if (t >= 0 && t < D) o[t] = o[t] - g;
+    if (acc) {
+#pragma omp simd
+        for (int64_t i = 0; i < D; i++) acc[i] += o[i];
     }
 }
 
-/* Rows n .. n + R of the backward (R > 1 only for float32 with AVX-512 and C a multiple of 16):
- * o = (exp(x - lse) - onehot(t)) g, and acc += o when acc is not NULL (float for float32 rows,
- * double for float64 ones). */
-static void ce_backward_rows(const char *xb, const char *rb, const int64_t *tg, char *ob, int64_t N, int64_t C,
-                             int64_t n, int R, bool f32, bool vec, bool stream, void *acc)
+/* Rows n .. n + R of o (R > 1 only for float32 with AVX-512, C a multiple of 16 and not probs),
+ * acc += them when acc is not NULL (float for float32 rows, double for float64 ones). The forward
+ * writes its probabilities as the backward's rows with g = scale and no one-hot. */
+static void ce_out_rows(const ce_pass *p, int64_t n, int R, void *acc)
 {
-    size_t es = f32 ? 4 : 8, at = (size_t)(n * C) * es;
-    (void)vec, (void)stream; /* read on x86-64 only */
+    size_t es = p->f32 ? 4 : 8, at = (size_t)(n * p->C) * es;
+    bool fwd = p->loss != NULL;
+    int64_t C = p->C;
 #if defined(__x86_64__)
-    if (vec) {
-        const float *r = (const float *)rb;
-        ce_bwd_f32_avx512((const float *)(xb + at), (float *)(ob + at), C, R, r + n, r + N + n, tg + n, stream, acc);
+    if (p->vec && !p->probs) {
+        float g[CE_ROWS_MAX];
+        int64_t t[CE_ROWS_MAX];
+        for (int r = 0; r < R; r++)
+            g[r] = fwd ? (float)p->scale : ((const float *)p->g)[n + r], t[r] = fwd ? -1 : p->t[n + r];
+        ce_bwd_f32_avx512((const float *)(p->x + at), (float *)(p->o + at), C, R, (const float *)p->lse + n, g, t,
+                          p->stream, acc);
         return;
     }
 #endif
-    double lse = f32 ? ((const float *)rb)[n] : ((const double *)rb)[n];
-    double g = f32 ? ((const float *)rb)[N + n] : ((const double *)rb)[N + n];
-    if (f32) {
-        ce_bwd_f32_vec((const float *)(xb + at), (float *)(ob + at), C, (float)lse, (float)g, tg[n], acc);
-        return;
-    }
-    const double *x = (const double *)(xb + at);
-    double *o = (double *)(ob + at);
-    for (int64_t c = 0; c < C; c++) {
-        double v = exp(x[c] - lse) * g - (c == tg[n] ? g : 0);
-        o[c] = v;
-        if (acc) ((double *)acc)[c] += v;
+    for (int r = 0; r < R; r++, at += (size_t)C * es) {
+        int64_t m = n + r, t = fwd ? -1 : p->t[m];
+        double g = fwd ? p->scale : p->f32 ? ((const float *)p->g)[m] : ((const double *)p->g)[m];
+        double lse = p->probs ? 0 : p->f32 ? ((const float *)p->lse)[m] : ((const double *)p->lse)[m];
+        if (p->f32 && p->probs) {
+            ce_probs_f32_vec((const float *)(p->x + at), (float *)(p->o + at), C, (float)(g / p->scale), (float)g, t,
+                             acc);
+        } else if (p->f32) {
+            ce_bwd_f32_vec((const float *)(p->x + at), (float *)(p->o + at), C, (float)lse, (float)g, t, acc);
+        } else {
+            const double *x = (const double *)(p->x + at);
+            double *o = (double *)(p->o + at), f = g / p->scale;
+            for (int64_t c = 0; c < C; c++) {
+                double v = (p->probs ? x[c] * f : exp(x[c] - lse) * g) - (c == t ? g : 0);
+                o[c] = v;
+                if (acc) ((double *)acc)[c] += v;
+            }
+        }
     }
 }
 
-/* The backward, and with out2 ([C], out's dtype) the sums of out's columns, made as its rows are
- * written (a linear layer's bias gradient, without a second pass over out: rules_rnn.c). Each
- * thread sums its rows: float32 ones in blocks of CE_SUM_BLOCK in float, added into double. */
-static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
+/* Runs p over the rows, split across the threads. With sums, each thread sums its rows (float32
+ * ones in blocks of CE_SUM_BLOCK in float, added into double) and the threads' sums are added at
+ * the end. The forward with probabilities makes a block of rows' logsumexps, then writes the
+ * block's probabilities from the rows still in cache: one exp per logit more than keeping each
+ * exponential in a row of scratch and scaling it, but faster (31.5 against 44 ms an iteration
+ * on the DLBench LSTM at 1 thread on the Xeon; the scaling pass does nothing while it waits on
+ * its stores, where the exp pass's arithmetic overlaps them). */
+static nb_status ce_run(const ce_pass *p, nb_op op)
 {
-    bool f32 = a->out->dtype == NB_FLOAT32;
-    size_t es = f32 ? 4 : 8;
-    nb_tensor *sums = a->out2;
-    if (sums && (sums->dtype != a->out->dtype || nb_tensor_numel(sums) != C || !nb__is_contiguous(sums)))
-        return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
+    int64_t N = p->N, C = p->C;
     int nt = nb_cpu_threads_for(N * C, 0);
     /* per thread: C double sums, then (float32) C float ones */
-    size_t bytes = sums ? (size_t)nt * (size_t)C * (sizeof(double) + (f32 ? sizeof(float) : 0)) : 0;
+    size_t bytes = p->sums ? (size_t)nt * (size_t)C * (sizeof(double) + (p->f32 ? sizeof(float) : 0)) : 0;
     double *dacc = bytes ? nb_cpu_alloc(bytes) : NULL;
     if (bytes && !dacc)
-        return nb__err(NB_ERR_OOM, "cross_entropy_backward: out of host memory for the column sums of %lld classes "
-                       "(%zu bytes)", (long long)C, bytes);
+        return nb__err(NB_ERR_OOM, "%s: out of host memory for the column sums of %lld classes (%zu bytes)",
+                       nb__op_name(op), (long long)C, bytes);
     if (dacc) memset(dacc, 0, bytes);
-    float *facc = dacc && f32 ? (float *)(dacc + (size_t)nt * (size_t)C) : NULL;
-    const char *xb = nb__data(a->in[0]), *rb = nb__data(a->in[1]);
-    const int64_t *tg = (const int64_t *)nb__data(a->in[2]);
-    char *ob = nb__data(a->out);
-    bool vec = f32 && nb_cpu_avx512(), stream = nb_cpu_streams_output(N * C * (int64_t)es);
-    int rows_at_once = vec && C % 16 == 0 ? CE_ROWS_MAX : 1;
+    float *facc = dacc && p->f32 ? (float *)(dacc + (size_t)nt * (size_t)C) : NULL;
+    int rows_at_once = p->vec && !p->probs && C % 16 == 0 ? CE_ROWS_MAX : 1;
 #pragma omp parallel num_threads(nt)
     {
 #ifdef _OPENMP
@@ -666,22 +706,61 @@ static nb_status ce_backward(const nb_kargs *a, int64_t N, int64_t C)
             int64_t left = n1 - n, block = CE_SUM_BLOCK - (n - n0) % CE_SUM_BLOCK;
             int R = rows_at_once < left ? rows_at_once : (int)left;
             if (R > block) R = (int)block;
-            ce_backward_rows(xb, rb, tg, ob, N, C, n, R, f32, vec, stream, f32 ? (void *)fa : (void *)da);
+            for (int r = 0; p->loss && r < R; r++) ce_lse_row(p, n + r);
+            if (p->o) ce_out_rows(p, n, R, p->f32 ? (void *)fa : (void *)da);
             n += R;
             if (fa && ((n - n0) % CE_SUM_BLOCK == 0 || n == n1))
                 for (int64_t c = 0; c < C; c++) da[c] += fa[c], fa[c] = 0;
         }
     }
-    if (sums) {
-        char *sb = nb__data(sums);
+    if (p->sums) {
         for (int64_t c = 0; c < C; c++) {
             double v = 0;
             for (int k = 0; k < nt; k++) v += dacc[(size_t)k * (size_t)C + (size_t)c];
-            if (f32) ((float *)sb)[c] = (float)v;
-            else ((double *)sb)[c] = v;
+            if (p->f32) ((float *)p->sums)[c] = (float)v;
+            else ((double *)p->sums)[c] = v;
         }
         nb_cpu_free(dacc, bytes);
     }
+    return NB_OK;
+}
+
+/* The backward in place over the forward's probabilities q (out is q's first N rows), every g
+ * being the scale s: o = q - onehot(t) s changes only the targets' entries, and the column sums
+ * are q's (its row N, made by the forward) less s times each class's count. */
+static nb_status ce_backward_in_place(const nb_kargs *a, int64_t N, int64_t C)
+{
+    bool f32 = a->out->dtype == NB_FLOAT32;
+    double s = a->s0;
+    const char *g = (const char *)nb__data(a->in[1]) + (size_t)N * (f32 ? 4 : 8);
+    const int64_t *t = (const int64_t *)nb__data(a->in[2]);
+    for (int64_t n = 0; n < N; n++)
+        if ((f32 ? ((const float *)g)[n] : ((const double *)g)[n]) != (f32 ? (double)(float)s : s))
+            return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: in place with a gradient other than the "
+                           "probabilities' scale %g at row %lld", s, (long long)n);
+    char *o = nb__data(a->out);
+    for (int64_t n = 0; n < N; n++) {
+        size_t at = (size_t)(n * C + t[n]);
+        if (f32) ((float *)o)[at] -= (float)s;
+        else ((double *)o)[at] -= s;
+    }
+    if (!a->out2) return NB_OK;
+    if (!a->i1 || nb_tensor_numel(a->out2) != C || a->out2->dtype != a->out->dtype || !nb__is_contiguous(a->out2))
+        return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
+    size_t bytes = (size_t)C * sizeof(double);
+    double *d = nb_cpu_alloc(bytes);
+    if (!d)
+        return nb__err(NB_ERR_OOM, "cross_entropy_backward: out of host memory for the column sums of %lld "
+                       "classes (%zu bytes)", (long long)C, bytes);
+    const char *row = o + (size_t)(N * C) * (f32 ? 4 : 8);
+    for (int64_t c = 0; c < C; c++) d[c] = f32 ? ((const float *)row)[c] : ((const double *)row)[c];
+    for (int64_t n = 0; n < N; n++) d[t[n]] -= s;
+    char *sb = nb__data(a->out2);
+    for (int64_t c = 0; c < C; c++) {
+        if (f32) ((float *)sb)[c] = (float)d[c];
+        else ((double *)sb)[c] = d[c];
+    }
+    nb_cpu_free(d, bytes);
     return NB_OK;
 }
 
@@ -689,9 +768,24 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
 {
     int64_t N = 0, C = 0;
     NB_TRY(ce_check(op, a, &N, &C));
-    if (op == NB_OP_CROSS_ENTROPY_BACKWARD) return ce_backward(a, N, C);
-    ce_forward(a, N, C);
-    return NB_OK;
+    bool fwd = op == NB_OP_CROSS_ENTROPY, f32 = a->out->dtype == NB_FLOAT32;
+    size_t es = f32 ? 4 : 8;
+    nb_tensor *q = fwd ? a->out3 : NULL, *sums = fwd ? NULL : a->out2;
+    if (sums && (sums->dtype != a->out->dtype || nb_tensor_numel(sums) != C || !nb__is_contiguous(sums)))
+        return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
+    if (!fwd && a->flag && nb__data(a->out) == nb__data(a->in[0])) return ce_backward_in_place(a, N, C);
+    ce_pass p = {.N = N, .C = C, .f32 = f32, .vec = f32 && nb_cpu_avx512(), .probs = !fwd && a->flag,
+                 .x = nb__data(a->in[0]), .t = (const int64_t *)nb__data(a->in[fwd ? 1 : 2]), .scale = a->s0};
+    if (fwd) {
+        p.lse = nb__data(a->out2), p.loss = nb__data(a->out);
+        p.o = q ? nb__data(q) : NULL;
+        p.sums = q && a->i1 ? p.o + (size_t)(N * C) * es : NULL;
+    } else {
+        p.lse = nb__data(a->in[1]), p.g = p.lse + (size_t)N * es;
+        p.o = nb__data(a->out), p.sums = sums ? nb__data(sums) : NULL;
+    }
+    p.stream = p.o && nb_cpu_streams_output(N * C * (int64_t)es);
+    return ce_run(&p, op);
 }
 
 nb_status nb_cpu_k_softmax(nb_op op, const nb_kargs *a)
