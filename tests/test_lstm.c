@@ -407,6 +407,74 @@ static void test_fused_product(void **state)
     }
 }
 
+/* Calls of op "sum" the profiler counted since its start. */
+static int64_t sum_calls(void)
+{
+    nb_profile_entry e[64];
+    int n = nb_profiler_entries(e, 64);
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(e[i].name, "sum")) return e[i].calls;
+    return 0;
+}
+
+/* One case of the bias gradient the cell backward sums (rules_rnn.c, LSTM_LAYER): a 1-layer LSTM
+ * with bias over x [5, B, 4], H = 32, and loss sum(out * r). Its bias gradients against those of
+ * the same LSTM without bias whose input has a column of ones more and whose W_ih has b_ih + b_hh
+ * as a column more: that column's gradient is the bias's, made by the weight gradient's product
+ * dgates^T [x, 1]. The backward must run no `sum` (the engine's reduction over dgates). */
+static void bias_case(nb_dtype dt, int threads, int64_t B)
+{
+    nb_scope *s = nb_scope_begin();
+    int prev = nb_get_num_threads();
+    NBT_OK(nb_set_num_threads(threads));
+    nb_manual_seed(9);
+    int64_t T = 5, I = 4, H = 32;
+    nb_tensor_params tp = nb_tensor_params_default();
+    tp.dtype = dt;
+    nb_lstm_params p = nb_lstm_params_default();
+    p.hidden_size = H;
+    nb_tensor *w[4];
+    NBT_OK(nb_lstm_init_weights(I, 1, &p, &tp, w));
+    nb_tensor *x = NBT_CHECK(nb_randn((int64_t[3]){T, B, I}, 3, &tp));
+    nb_tensor *r = NBT_CHECK(nb_randn((int64_t[3]){T, B, H}, 3, &tp));
+    nb_tensor *out = NBT_CHECK(nb_lstm(x, NULL, NULL, w, 4, 1, &p, NULL, NULL));
+    nb_tensor *loss = NBT_CHECK(nb_sum(nb_mul(out, r), NULL, 0, false));
+    NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
+    NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
+    nb_profiler_stop();
+    char what[96];
+    snprintf(what, sizeof what, "%s, B %lld, %d threads", nb_dtype_name(dt), (long long)B, threads);
+    if (sum_calls() != 0) fail_msg("%s: %lld sums in the backward", what, (long long)sum_calls());
+
+    nb_tensor *xa[2] = {x, NBT_CHECK(nb_ones((int64_t[3]){T, B, 1}, 3, &tp))};
+    nb_tensor *bcol = NBT_CHECK(nb_reshape(nb_add(nb_detach(w[2]), nb_detach(w[3])), (int64_t[2]){4 * H, 1}, 2));
+    nb_tensor *wa[2] = {NBT_CHECK(nb_detach(w[0])), bcol};
+    nb_tensor *w2[2] = {nbt_leaf(NBT_CHECK(nb_cat(wa, 2, 1))), nbt_leaf(NBT_CHECK(nb_detach(w[1])))};
+    nb_lstm_params q = p;
+    q.bias = false;
+    nb_tensor *out2 = NBT_CHECK(nb_lstm(NBT_CHECK(nb_cat(xa, 2, 2)), NULL, NULL, w2, 2, 1, &q, NULL, NULL));
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(nb_mul(out2, r), NULL, 0, false)), NULL, NB_BACKWARD_DEFAULT));
+    nb_tensor *want = NBT_CHECK(nb_reshape(nb_narrow(nb_tensor_grad(w2[0]), 1, I, 1), (int64_t[1]){4 * H}, 1));
+    double rtol = dt == NB_FLOAT32 ? 1e-5 : 1e-12, atol = dt == NB_FLOAT32 ? 1e-5 : 1e-12;
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(w[2])), want, rtol, atol, what);
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(w[3])), want, rtol, atol, what);
+    NBT_OK(nb_set_num_threads(prev));
+    nb_scope_end(s);
+}
+
+/* A layer's bias gradient summed by the cell backward as it writes dgates: float32 and float64,
+ * 1 and 2 threads, a batch of 3 and of 600 (B H = 19200: the rows split across 2 threads). */
+static void test_bias_ahead(void **state)
+{
+    (void)state;
+    for (int f = 0; f < 2; f++)
+        for (int th = 1; th <= 2; th++) {
+            bias_case(f ? NB_FLOAT64 : NB_FLOAT32, th, 3);
+            bias_case(f ? NB_FLOAT64 : NB_FLOAT32, th, 600);
+        }
+}
+
 /* The fused kernels check their operands (callers inside nabla always pass good ones). */
 static void test_kernel_checks(void **state)
 {
@@ -501,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_reference), cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_init_and_names),
         cmocka_unit_test(test_no_grad),   cmocka_unit_test(test_errors),        cmocka_unit_test(test_one_state),
         cmocka_unit_test(test_threads),   cmocka_unit_test(test_fused_product), cmocka_unit_test(test_kernel_checks),
+        cmocka_unit_test(test_bias_ahead),
     };
     return NBT_RUN(tests);
 }

@@ -9,13 +9,14 @@
  * cell kernel makes that product itself, each thread its own rows, and runs all the steps in one
  * call (src/cpu/ops/rnn.c). */
 static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, const nb_tensor *whh, nb_tensor *dg,
-                            nb_tensor *dhc, bool need_h0)
+                            nb_tensor *dhc, bool need_h0, nb_tensor *db)
 {
     int64_t T = act->shape[0];
     if (act->storage->device.type == NB_DEVICE_CPU) {
         nb_tensor *w = nb_contiguous(whh);
         if (!w) return nb_last_status();
-        nb_kargs k = {.out = dg, .out2 = dhc, .in = {g, y, act, w}, .i0 = T - 1, .i1 = T, .flag = need_h0};
+        nb_kargs k = {.out = dg, .out2 = dhc, .out3 = db, .in = {g, y, act, w}, .i0 = T - 1, .i1 = T, .flag = need_h0};
+        if (!T && db) return nb_zero_(db);
         return T ? nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k) : NB_OK;
     }
     nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = nb_unsqueeze(whh, 0);
@@ -32,7 +33,10 @@ static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, co
     return NB_OK;
 }
 
-/* Inputs (xp [T, B, 4H], w_hh [4H, H], hc0 [2, B, H] or NULL); saved (w_hh, Y, act). */
+/* Inputs (xp [T, B, 4H], w_hh [4H, H], hc0 [2, B, H] or NULL); saved (w_hh, Y, act). On the CPU,
+ * when xp is the output of a linear layer that takes no other gradient (the layer's own input
+ * projection), the cell kernel also sums dgates' columns, which the LINEAR rule takes as its
+ * bias's gradient (nb__linear_below, as for cross entropy's): no pass over dgates [T B, 4H]. */
 nb_status nb__bw_LSTM_LAYER(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
 {
     nb_tensor *whh = nb__node_saved(node, 0), *y = nb__node_saved(node, 1), *act = nb__node_saved(node, 2);
@@ -44,7 +48,13 @@ nb_status nb__bw_LSTM_LAYER(nb_node *node, nb_tensor *grad, nb_tensor **grad_in)
     nb_tensor *dhc = dg ? nb_zeros((int64_t[]){2, B, H}, 3, &tp) : NULL;
     if (!dhc) return nb_last_status();
     bool need_h0 = nb__edge_needs_grad(node, 2);
-    NB_TRY(lstm_steps(g, y, act, whh, dg, dhc, need_h0));
+    nb_node *lin = nb__edge_needs_grad(node, 0) && y->storage->device.type == NB_DEVICE_CPU
+                       ? nb__linear_below(node, 0, 4 * H, y->dtype)
+                       : NULL;
+    nb_tensor *db = lin ? nb_empty(lin->next[2].shape, lin->next[2].ndim, &tp) : NULL;
+    if (lin && !db) return nb_last_status();
+    NB_TRY(lstm_steps(g, y, act, whh, dg, dhc, need_h0, db));
+    if (lin) nb__linear_bias_ahead(lin, db, dg);
     if (nb__edge_needs_grad(node, 0)) grad_in[0] = dg;
     if (nb__edge_needs_grad(node, 1)) {
         nb_tensor *hs = nb_narrow(nb_select(y, 0, 0), 0, 0, T);

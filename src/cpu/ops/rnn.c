@@ -15,7 +15,10 @@
  *                       c_t; gY[., t+1] is added to them. Writes the gate gradients dgates[t] and
  *                       dhc[1] = dc f (for c_{t-1}); dhc[0] is left for the caller's BMM, or,
  *                       with in[3] = W_hh [4H, H] (contiguous), made here: dgates[t] W_hh (at
- *                       t = 0 only with flag). With i1 > 1, steps i0 down to i0 - i1 + 1.
+ *                       t = 0 only with flag). With i1 > 1, steps i0 down to i0 - i1 + 1. With
+ *                       out3 [4H], also the sums of dgates' columns over the steps run and the
+ *                       rows (a linear layer's bias gradient: src/autograd/rules_rnn.c), each
+ *                       thread summing its rows of each step while they are still in cache.
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
@@ -30,6 +33,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -298,19 +304,41 @@ static cell_ptrs run_step(const cell_ptrs *base, const nb_kargs *a, bool fwd, in
     return p;
 }
 
+/* sums += the n columns' sums over rows of d (float32: summed in f first, which is left zero) */
+NB_VEC_CLONES static void sum_rows_f32(const float *d, int64_t rows, int64_t n, float *f, double *sums)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dr = d + r * n;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) f[j] += dr[j];
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) sums[j] += f[j], f[j] = 0;
+}
+
+static void sum_rows_f64(const double *d, int64_t rows, int64_t n, double *sums)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) sums[j] += d[r * n + j];
+}
+
 /* Rows [b0, b1) through every step of a's run: each step's product (tuned: outside a region, on
- * the gemm kernel's way; else on the calling thread) and cells. Nonzero when a product failed. */
+ * the gemm kernel's way; else on the calling thread) and cells, and (backward, sums not NULL) the
+ * step's dgates rows added into sums [4H] (f: float32's scratch, zero). Nonzero when a product
+ * failed. */
 static int run_rows(const cell_ptrs *base, const nb_kargs *a, bool fwd, row_fn fn, int64_t b0, int64_t b1,
-                    bool tuned)
+                    bool tuned, double *sums, float *f)
 {
     nb_dtype dt = a->out->dtype;
     size_t es = nb_dtype_size(dt);
-    int64_t steps = a->i1 > 1 ? a->i1 : 1;
+    int64_t steps = a->i1 > 1 ? a->i1 : 1, n = 4 * base->H;
     for (int64_t k = 0; b1 > b0 && k < steps; k++) {
         bool product;
         cell_ptrs p = run_step(base, a, fwd, k, es, &product);
         if (fwd && product && step_product(&p, dt, true, b0, b1, tuned)) return 1;
         for (int64_t b = b0; b < b1; b++) fn(&p, b);
+        if (sums && dt == NB_FLOAT32) sum_rows_f32((const float *)p.out + b0 * n, b1 - b0, n, f, sums);
+        else if (sums) sum_rows_f64((const double *)p.out + b0 * n, b1 - b0, n, sums);
         if (!fwd && product && step_product(&p, dt, false, b0, b1, tuned)) return 1;
     }
     return 0;
@@ -348,6 +376,10 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
         return nb__err(NB_ERR_INTERNAL, "%s: a run of %lld steps without the product's weight", nb__op_name(op),
                        (long long)a->i1);
     }
+    nb_tensor *bsum = fwd ? NULL : a->out3;
+    if (bsum && (bsum->dtype != dt || nb_tensor_numel(bsum) != 4 * H || !nb__is_contiguous(bsum)))
+        return nb__err(NB_ERR_INTERNAL, "%s: the column sums are not a contiguous %lld-value %s tensor",
+                       nb__op_name(op), (long long)(4 * H), nb_dtype_name(dt));
     row_fn fn = pick(fwd, dt);
     /* Steps from 2^13 cells per thread split across the threads. The step's GEMM just before
      * ran on all of them, so its output lies in several cores' caches: run on one thread, the
@@ -355,16 +387,40 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
      * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
      * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
     int nt = nb_cpu_threads_for(B * H, 1 << 13), failed = 0;
+    /* the column sums: per thread 4H doubles, then (float32) 4H floats */
+    size_t bytes = bsum ? (size_t)nt * (size_t)(4 * H) * (sizeof(double) + (dt == NB_FLOAT32 ? sizeof(float) : 0)) : 0;
+    double *acc = bytes ? nb_cpu_alloc(bytes) : NULL;
+    if (bytes && !acc)
+        return nb__err(NB_ERR_OOM, "%s: out of host memory for the column sums of %lld gates (%zu bytes)",
+                       nb__op_name(op), (long long)(4 * H), bytes);
+    if (acc) memset(acc, 0, bytes);
+    float *facc = acc && dt == NB_FLOAT32 ? (float *)(acc + (size_t)nt * (size_t)(4 * H)) : NULL;
     if (nt == 1) { /* no region to share: each product as the BMM kernel would make it */
-        failed = run_rows(&base, a, fwd, fn, 0, B, true);
+        failed = run_rows(&base, a, fwd, fn, 0, B, true, acc, facc);
     } else {
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
             int64_t b0, b1;
             nb_cpu_thread_share(B, &b0, &b1);
-            failed |= run_rows(&base, a, fwd, fn, b0, b1, false);
+#ifdef _OPENMP
+            size_t id = (size_t)omp_get_thread_num();
+#else
+            size_t id = 0;
+#endif
+            failed |= run_rows(&base, a, fwd, fn, b0, b1, false, acc ? acc + id * (size_t)(4 * H) : NULL,
+                               facc ? facc + id * (size_t)(4 * H) : NULL);
         }
     }
+    if (acc && !failed) {
+        char *o = nb__data(bsum);
+        for (int64_t j = 0; j < 4 * H; j++) {
+            double v = 0;
+            for (int k = 0; k < nt; k++) v += acc[(size_t)k * (size_t)(4 * H) + (size_t)j];
+            if (dt == NB_FLOAT32) ((float *)o)[j] = (float)v;
+            else ((double *)o)[j] = v;
+        }
+    }
+    if (acc) nb_cpu_free(acc, bytes);
     if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
 }
