@@ -147,16 +147,6 @@ static void test_inplace_history(void **state)
     nb_scope_end(s);
 }
 
-/* The rows of the profiler's table named name (0 when absent). */
-static int64_t calls_of(const char *name)
-{
-    nb_profile_entry e[256];
-    int n = nb_profiler_entries(e, 256);
-    for (int i = 0; i < n && i < 256; i++)
-        if (!strcmp(e[i].name, name)) return e[i].calls;
-    return 0;
-}
-
 /* A leaf's first gradient is the rule's fresh result, taken without a copy when nobody else holds
  * it; a gradient that another leaf, a node or the caller can see is copied, so no two grads share
  * memory and the caller's tensor is never the leaf's grad. */
@@ -170,7 +160,7 @@ static void test_first_grad_ownership(void **state)
     NBT_OK(nb_backward(y, NULL, 0));
     nb_profiler_stop();
     assert_grad(x, (double[]){3, 3, 3}, 3, "3x");
-    assert_int_equal(calls_of("copy"), 0);
+    assert_int_equal(nbt_profiled_calls("copy"), 0);
     /* y = a + b: both leaves get the same upstream gradient; each must own its own */
     nb_tensor *a = leaf((double[]){1, 2}, (int64_t[]){2}, 1), *b = leaf((double[]){3, 4}, (int64_t[]){2}, 1);
     nb_tensor *z = NBT_CHECK(nb_mul_scalar(nb_add(a, b), 2));

@@ -578,17 +578,6 @@ static nb_tensor *lin_ce_fn(nb_tensor *const *in, int n, void *ctx)
     return y ? ce_loss(nb_reshape(y, (int64_t[]){c->rows, c->C}, 2), c->t, false) : NULL;
 }
 
-/* Calls of op "sum" the profiler counted since its start. */
-static int64_t sum_calls(void)
-{
-    nb_profile_entry e[64];
-    int n = nb_profiler_entries(e, 64);
-    assert_true(n <= 64);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(e[i].name, "sum")) return e[i].calls;
-    return 0;
-}
-
 /* One case: x [B, 50, 8] through linear(8 -> C) (bias [C] or [1, C]), reshaped to 50 B rows, into
  * cross entropy; at `threads` threads (with 200 rows, 100 each at 2: three blocks of 32 rows of the
  * float32 sums and a part of one; C = 48 takes float32 rows four at a time on AVX-512, and 201
@@ -614,7 +603,7 @@ static void bias_ahead_case(nb_dtype dt, int threads, bool row_bias, bool extra,
     NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
     NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
     nb_profiler_stop();
-    int64_t sums = sum_calls();
+    int64_t sums = nbt_profiled_calls("sum");
     char what[96];
     snprintf(what, sizeof what, "%s, C %lld, %lld rows, %d threads, bias %s%s: sums in backward", nb_dtype_name(dt),
              (long long)C, (long long)rows, threads, row_bias ? "[1, C]" : "[C]", extra ? ", logits used twice" : "");
@@ -672,7 +661,7 @@ static void test_linear_bias_ahead(void **state)
         NBT_OK(nb_profiler_start(NB_PROFILE_HOST));
         NBT_OK(nb_backward(loss, NULL, NB_BACKWARD_DEFAULT));
         nb_profiler_stop();
-        assert_int_equal(sum_calls(), 0);
+        assert_int_equal(nbt_profiled_calls("sum"), 0);
         nb_tensor *yl = nbt_leaf(NBT_CHECK(nb_detach(y)));
         NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(yl, t, NULL)), NULL, NB_BACKWARD_DEFAULT));
         nbt_assert_close(NBT_CHECK(nb_tensor_grad(b)),

@@ -407,17 +407,6 @@ static void test_fused_product(void **state)
     }
 }
 
-/* Calls of op "sum" the profiler counted since its start. */
-static int64_t sum_calls(void)
-{
-    nb_profile_entry e[64];
-    int n = nb_profiler_entries(e, 64);
-    assert_true(n <= 64);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(e[i].name, "sum")) return e[i].calls;
-    return 0;
-}
-
 /* One case of the bias gradient the cell backward sums (rules_rnn.c, LSTM_LAYER): a 1-layer LSTM
  * with bias over x [5, B, 4], H = 32, and loss sum(out * r). Its bias gradients against those of
  * the same LSTM without bias whose input has a column of ones more and whose W_ih has b_ih + b_hh
@@ -445,7 +434,8 @@ static void bias_case(nb_dtype dt, int threads, int64_t B)
     nb_profiler_stop();
     char what[96];
     snprintf(what, sizeof what, "%s, B %lld, %d threads", nb_dtype_name(dt), (long long)B, threads);
-    if (sum_calls() != 0) fail_msg("%s: %lld sums in the backward", what, (long long)sum_calls());
+    int64_t sums = nbt_profiled_calls("sum");
+    if (sums != 0) fail_msg("%s: %lld sums in the backward", what, (long long)sums);
 
     nb_tensor *xa[2] = {x, NBT_CHECK(nb_ones((int64_t[3]){T, B, 1}, 3, &tp))};
     nb_tensor *bcol = NBT_CHECK(nb_reshape(nb_add(nb_detach(w[2]), nb_detach(w[3])), (int64_t[2]){4 * H, 1}, 2));

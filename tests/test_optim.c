@@ -653,15 +653,6 @@ static nb_optim *bw_optim(int kind, nb_tensor **p)
     return nb_optim_sgd(p, BW_NP, &sp);
 }
 
-static int64_t optim_step_calls(void)
-{
-    nb_profile_entry e[64];
-    int n = nb_profiler_entries(e, 64);
-    for (int i = 0; i < n && i < 64; i++)
-        if (!strcmp(e[i].name, "optimizer_step")) return e[i].calls;
-    return 0;
-}
-
 /* Three steps of an optimizer that steps in backward against the same optimizer stepping after
  * backward (whose updates are checked against PyTorch above), from the same values. kind: 0 plain
  * SGD (the products go straight into p0, p2, p3, p6 and p8), 1 SGD with momentum, weight decay and
@@ -694,7 +685,7 @@ static void bw_case(int kind, nb_dtype dt, bool alias)
         nb_profiler_stop();
         /* every parameter had its update in backward, and no gradient is left */
         int64_t general = kind == 0 ? (alias ? 6 : 5) : BW_NP;
-        assert_int_equal(optim_step_calls(), general);
+        assert_int_equal(nbt_profiled_calls("optimizer_step"), general);
         assert_true(nb_tensor_version(b[0]) > v0);
         for (int i = 0; i < BW_NP; i++) assert_null(nb_tensor_grad(b[i]));
         NBT_OK(nb_optim_step(ob)); /* no grads: nothing */

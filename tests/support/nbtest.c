@@ -374,6 +374,15 @@ void nbt_check_isa(void)
     }
 }
 
+int64_t nbt_profiled_calls(const char *op)
+{
+    nb_profile_entry e[256];
+    int n = nb_profiler_entries(e, 256);
+    for (int i = 0; i < n && i < 256; i++)
+        if (!strcmp(e[i].name, op)) return e[i].calls;
+    return 0;
+}
+
 int nbt_dir_entries(const char *dir, int *tmp)
 {
     DIR *d = opendir(dir);

@@ -76,6 +76,9 @@ void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double t
 /* ||got - want|| / ||want|| over all elements (got on any device, both float), in float64 */
 double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
 
+/* Calls of the op named op in the profiler's table (0 when it has no row for it). */
+int64_t nbt_profiled_calls(const char *op);
+
 /* Entries of dir other than . and ..; *tmp counts those with ".tmp." in the name (what an
  * atomic save leaves behind when it fails to clean up). The test fails when dir cannot be read. */
 int nbt_dir_entries(const char *dir, int *tmp);
