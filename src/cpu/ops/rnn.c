@@ -33,9 +33,6 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -402,11 +399,7 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
         {
             int64_t b0, b1;
             nb_cpu_thread_share(B, &b0, &b1);
-#ifdef _OPENMP
-            size_t id = (size_t)omp_get_thread_num();
-#else
-            size_t id = 0;
-#endif
+            size_t id = (size_t)nb_cpu_thread_num();
             failed |= run_rows(&base, a, fwd, fn, b0, b1, false, acc ? acc + id * (size_t)(4 * H) : NULL,
                                facc ? facc + id * (size_t)(4 * H) : NULL);
         }

@@ -38,9 +38,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "cpu/cpu_impl.h"
 #include "cpu/ops/exp512_impl.h"
@@ -694,14 +691,11 @@ static nb_status ce_run(const ce_pass *p, nb_op op)
     int rows_at_once = p->vec && !p->probs && C % 16 == 0 ? CE_ROWS_MAX : 1;
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int id = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-        int id = 0, nth = 1;
-#endif
-        int64_t n0 = N * id / nth, n1 = N * (id + 1) / nth;
-        double *da = dacc ? dacc + (size_t)id * (size_t)C : NULL;
-        float *fa = facc ? facc + (size_t)id * (size_t)C : NULL;
+        int64_t n0, n1;
+        nb_cpu_thread_share(N, &n0, &n1);
+        size_t id = (size_t)nb_cpu_thread_num();
+        double *da = dacc ? dacc + id * (size_t)C : NULL;
+        float *fa = facc ? facc + id * (size_t)C : NULL;
         for (int64_t n = n0; n < n1;) {
             int64_t left = n1 - n, block = CE_SUM_BLOCK - (n - n0) % CE_SUM_BLOCK;
             int R = rows_at_once < left ? rows_at_once : (int)left;
