@@ -33,9 +33,34 @@ nb_status nb__bw_EXPAND(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
     return NB_OK;
 }
 
+/* The gradient of a view that takes [start, end) along dim d of the input (step 1; select: one
+ * index, g without that dim): g there and zeros around it. Only the parts around the range are
+ * zeroed, not the whole input before g is copied over most of it (the LSTM's output, a view of
+ * its states, wrote its [T + 1, B, H] and [2, T + 1, B, H] gradients twice over). */
+static nb_status embed_range(const nb_edge *e, nb_tensor *g, int64_t d, int64_t start, int64_t end, bool select,
+                             nb_tensor **out)
+{
+    nb_tensor_params p = nb_tensor_params_default();
+    p.dtype = g->dtype;
+    p.device = g->storage->device;
+    nb_tensor *z = nb_empty(e->shape, e->ndim, &p);
+    nb_tensor *v = !z ? NULL : select ? nb_select(z, d, start) : nb_narrow(z, d, start, end - start);
+    if (!v) return nb_last_status();
+    NB_TRY(nb_copy_(v, g));
+    int64_t size = e->shape[d];
+    nb_tensor *before = start > 0 ? nb_narrow(z, d, 0, start) : NULL;
+    nb_tensor *after = end < size ? nb_narrow(z, d, end, size - end) : NULL;
+    if ((start > 0 && !before) || (end < size && !after)) return nb_last_status();
+    if (before) NB_TRY(nb_zero_(before));
+    if (after) NB_TRY(nb_zero_(after));
+    *out = z;
+    return NB_OK;
+}
+
 nb_status nb__bw_SLICE(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     const int64_t *x = node->extra; /* dim, start, step */
+    if (x[2] == 1) return embed_range(&node->next[0], g, x[0], x[1], x[1] + g->shape[x[0]], false, &grad_in[0]);
     nb_tensor *z = zeros_for_edge(&node->next[0], g);
     nb_tensor *v = z ? nb_slice(z, x[0], x[1], x[1] + g->shape[x[0]] * x[2], x[2]) : NULL;
     if (!v) return nb_last_status();
@@ -47,12 +72,7 @@ nb_status nb__bw_SLICE(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 nb_status nb__bw_SELECT(nb_node *node, nb_tensor *g, nb_tensor **grad_in)
 {
     const int64_t *x = node->extra; /* dim, index */
-    nb_tensor *z = zeros_for_edge(&node->next[0], g);
-    nb_tensor *v = z ? nb_select(z, x[0], x[1]) : NULL;
-    if (!v) return nb_last_status();
-    NB_TRY(nb_copy_(v, g));
-    grad_in[0] = z;
-    return NB_OK;
+    return embed_range(&node->next[0], g, x[0], x[1], x[1] + 1, true, &grad_in[0]);
 }
 
 /* The positions, in the input's row-major order, of every element of the view, found through

@@ -189,10 +189,13 @@ static nb_status layer(nb_tensor *in, nb_tensor *const *w, bool bias, const nb_t
     nb_tensor *xp = nb_linear(in, w[0], b);
     if (xp && !nb__is_contiguous(xp)) xp = nb_contiguous(xp);
     nb_tensor *y = xp ? lstm_layer(xp, w[1], hc0) : NULL;
-    nb_tensor *hs = y ? nb_select(y, 0, 0) : NULL, *cs = hs ? nb_select(y, 0, 1) : NULL;
-    *out = cs ? nb_narrow(hs, 0, 1, T) : NULL;
-    *hn = *out ? nb_select(hs, 0, T) : NULL;
-    *cn = *hn ? nb_select(cs, 0, T) : NULL;
+    /* Y [2, T + 1, B, H] as [2 (T + 1), B, H]: h_t is row t, c_t row T + 1 + t. The output is then
+     * one narrow of a reshape, whose backward writes one gradient of Y's size (a select and a
+     * narrow wrote two, one of half and one of all of it). */
+    nb_tensor *ys = y ? nb_reshape(y, (int64_t[]){2 * (T + 1), y->shape[2], y->shape[3]}, 3) : NULL;
+    *out = ys ? nb_narrow(ys, 0, 1, T) : NULL;
+    *hn = *out ? nb_select(ys, 0, T) : NULL;
+    *cn = *hn ? nb_select(ys, 0, 2 * T + 1) : NULL;
     return *cn ? NB_OK : nb_last_status();
 }
 
