@@ -16,7 +16,6 @@ static nb_status lstm_steps(const nb_tensor *g, nb_tensor *y, nb_tensor *act, co
         nb_tensor *w = nb_contiguous(whh);
         if (!w) return nb_last_status();
         nb_kargs k = {.out = dg, .out2 = dhc, .out3 = db, .in = {g, y, act, w}, .i0 = T - 1, .i1 = T, .flag = need_h0};
-        if (!T && db) return nb_zero_(db);
         return T ? nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &k) : NB_OK;
     }
     nb_tensor *dh = nb_narrow(dhc, 0, 0, 1), *w = nb_unsqueeze(whh, 0);

@@ -42,6 +42,21 @@ int nb_cpu_thread_num(void);
 /* The calling thread's equal share [*lo, *hi) of `count` items in its OpenMP team (all of them
  * outside a parallel region or without OpenMP). */
 void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi);
+/* Column sums made by nt threads, each into its own row (cross entropy's and the LSTM cell's
+ * backward: a linear layer's bias gradient). d: nt rows of n doubles; f: for float32 sums, nt rows
+ * of n floats more, where a thread adds a block of its rows before it adds them into d (float
+ * adds over a few rows, then double, keep the rounding near float's own at float's speed). */
+typedef struct nb_cpu_colsums {
+    double *d;
+    float *f;
+    int nt;
+    int64_t n;
+    size_t bytes;
+} nb_cpu_colsums;
+/* Allocates and zeroes the rows (f only when f32); an out-of-memory error naming op otherwise. */
+nb_status nb_cpu_colsums_init(nb_cpu_colsums *s, int nt, int64_t n, bool f32, const char *op);
+/* Adds the threads' d rows into out (n values, float32 or float64 by f32), then frees the rows. */
+void nb_cpu_colsums_finish(nb_cpu_colsums *s, void *out, bool f32);
 /* Bytes an elementwise op must move before streaming (non-temporal) stores of its output pay:
  * half the last-level cache one core sees (from sysfs; 32 MiB when unknown), found once. */
 int64_t nb_cpu_stream_threshold(void);

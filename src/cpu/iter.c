@@ -96,6 +96,31 @@ void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi)
     *hi = count * (t + 1) / n;
 }
 
+nb_status nb_cpu_colsums_init(nb_cpu_colsums *s, int nt, int64_t n, bool f32, const char *op)
+{
+    s->nt = nt, s->n = n;
+    s->bytes = (size_t)nt * (size_t)n * (sizeof(double) + (f32 ? sizeof(float) : 0));
+    s->d = nb_cpu_alloc(s->bytes);
+    if (!s->d)
+        return nb__err(NB_ERR_OOM, "%s: out of host memory for %d threads' sums of %lld columns (%zu bytes)", op, nt,
+                       (long long)n, s->bytes);
+    memset(s->d, 0, s->bytes);
+    s->f = f32 ? (float *)(s->d + (size_t)nt * (size_t)n) : NULL;
+    return NB_OK;
+}
+
+void nb_cpu_colsums_finish(nb_cpu_colsums *s, void *out, bool f32)
+{
+    for (int64_t j = 0; j < s->n; j++) {
+        double v = 0;
+        for (int k = 0; k < s->nt; k++) v += s->d[(size_t)k * (size_t)s->n + (size_t)j];
+        if (f32) ((float *)out)[j] = (float)v;
+        else ((double *)out)[j] = v;
+    }
+    nb_cpu_free(s->d, s->bytes);
+    s->d = NULL, s->f = NULL;
+}
+
 void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops, char *const *base,
                       const int64_t (*strides)[NB_MAX_DIMS])
 {

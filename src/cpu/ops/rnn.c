@@ -384,36 +384,21 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
      * threads set; split, 0.05-0.12 ms (backward 0.07-0.08), and the whole training step
      * 0.507-0.539 -> 0.481-0.504 s (`nabla bench --model lstm --threads 2`, Zen 4, two cores). */
     int nt = nb_cpu_threads_for(B * H, 1 << 13), failed = 0;
-    /* the column sums: per thread 4H doubles, then (float32) 4H floats */
-    size_t bytes = bsum ? (size_t)nt * (size_t)(4 * H) * (sizeof(double) + (dt == NB_FLOAT32 ? sizeof(float) : 0)) : 0;
-    double *acc = bytes ? nb_cpu_alloc(bytes) : NULL;
-    if (bytes && !acc)
-        return nb__err(NB_ERR_OOM, "%s: out of host memory for the column sums of %lld gates (%zu bytes)",
-                       nb__op_name(op), (long long)(4 * H), bytes);
-    if (acc) memset(acc, 0, bytes);
-    float *facc = acc && dt == NB_FLOAT32 ? (float *)(acc + (size_t)nt * (size_t)(4 * H)) : NULL;
+    nb_cpu_colsums cs = {0};
+    if (bsum) NB_TRY(nb_cpu_colsums_init(&cs, nt, 4 * H, dt == NB_FLOAT32, nb__op_name(op)));
     if (nt == 1) { /* no region to share: each product as the BMM kernel would make it */
-        failed = run_rows(&base, a, fwd, fn, 0, B, true, acc, facc);
+        failed = run_rows(&base, a, fwd, fn, 0, B, true, cs.d, cs.f);
     } else {
 #pragma omp parallel num_threads(nt) reduction(| : failed)
         {
             int64_t b0, b1;
             nb_cpu_thread_share(B, &b0, &b1);
             size_t id = (size_t)nb_cpu_thread_num();
-            failed |= run_rows(&base, a, fwd, fn, b0, b1, false, acc ? acc + id * (size_t)(4 * H) : NULL,
-                               facc ? facc + id * (size_t)(4 * H) : NULL);
+            failed |= run_rows(&base, a, fwd, fn, b0, b1, false, cs.d ? cs.d + id * (size_t)(4 * H) : NULL,
+                               cs.f ? cs.f + id * (size_t)(4 * H) : NULL);
         }
     }
-    if (acc && !failed) {
-        char *o = nb__data(bsum);
-        for (int64_t j = 0; j < 4 * H; j++) {
-            double v = 0;
-            for (int k = 0; k < nt; k++) v += acc[(size_t)k * (size_t)(4 * H) + (size_t)j];
-            if (dt == NB_FLOAT32) ((float *)o)[j] = (float)v;
-            else ((double *)o)[j] = v;
-        }
-    }
-    if (acc) nb_cpu_free(acc, bytes);
+    if (bsum) nb_cpu_colsums_finish(&cs, nb__data(bsum), dt == NB_FLOAT32);
     if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
 }

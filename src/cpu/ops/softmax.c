@@ -680,22 +680,16 @@ static nb_status ce_run(const ce_pass *p, nb_op op)
 {
     int64_t N = p->N, C = p->C;
     int nt = nb_cpu_threads_for(N * C, 0);
-    /* per thread: C double sums, then (float32) C float ones */
-    size_t bytes = p->sums ? (size_t)nt * (size_t)C * (sizeof(double) + (p->f32 ? sizeof(float) : 0)) : 0;
-    double *dacc = bytes ? nb_cpu_alloc(bytes) : NULL;
-    if (bytes && !dacc)
-        return nb__err(NB_ERR_OOM, "%s: out of host memory for the column sums of %lld classes (%zu bytes)",
-                       nb__op_name(op), (long long)C, bytes);
-    if (dacc) memset(dacc, 0, bytes);
-    float *facc = dacc && p->f32 ? (float *)(dacc + (size_t)nt * (size_t)C) : NULL;
+    nb_cpu_colsums cs = {0};
+    if (p->sums) NB_TRY(nb_cpu_colsums_init(&cs, nt, C, p->f32, nb__op_name(op)));
     int rows_at_once = p->vec && !p->probs && C % 16 == 0 ? CE_ROWS_MAX : 1;
 #pragma omp parallel num_threads(nt)
     {
         int64_t n0, n1;
         nb_cpu_thread_share(N, &n0, &n1);
         size_t id = (size_t)nb_cpu_thread_num();
-        double *da = dacc ? dacc + id * (size_t)C : NULL;
-        float *fa = facc ? facc + id * (size_t)C : NULL;
+        double *da = cs.d ? cs.d + id * (size_t)C : NULL;
+        float *fa = cs.f ? cs.f + id * (size_t)C : NULL;
         for (int64_t n = n0; n < n1;) {
             int64_t left = n1 - n, block = CE_SUM_BLOCK - (n - n0) % CE_SUM_BLOCK;
             int R = rows_at_once < left ? rows_at_once : (int)left;
@@ -707,15 +701,7 @@ static nb_status ce_run(const ce_pass *p, nb_op op)
                 for (int64_t c = 0; c < C; c++) da[c] += fa[c], fa[c] = 0;
         }
     }
-    if (p->sums) {
-        for (int64_t c = 0; c < C; c++) {
-            double v = 0;
-            for (int k = 0; k < nt; k++) v += dacc[(size_t)k * (size_t)C + (size_t)c];
-            if (p->f32) ((float *)p->sums)[c] = (float)v;
-            else ((double *)p->sums)[c] = v;
-        }
-        nb_cpu_free(dacc, bytes);
-    }
+    if (p->sums) nb_cpu_colsums_finish(&cs, p->sums, p->f32);
     return NB_OK;
 }
 
@@ -741,20 +727,12 @@ static nb_status ce_backward_in_place(const nb_kargs *a, int64_t N, int64_t C)
     if (!a->out2) return NB_OK;
     if (!a->i1 || nb_tensor_numel(a->out2) != C || a->out2->dtype != a->out->dtype || !nb__is_contiguous(a->out2))
         return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
-    size_t bytes = (size_t)C * sizeof(double);
-    double *d = nb_cpu_alloc(bytes);
-    if (!d)
-        return nb__err(NB_ERR_OOM, "cross_entropy_backward: out of host memory for the column sums of %lld "
-                       "classes (%zu bytes)", (long long)C, bytes);
+    nb_cpu_colsums cs;
+    NB_TRY(nb_cpu_colsums_init(&cs, 1, C, false, "cross_entropy_backward"));
     const char *row = o + (size_t)(N * C) * (f32 ? 4 : 8);
-    for (int64_t c = 0; c < C; c++) d[c] = f32 ? ((const float *)row)[c] : ((const double *)row)[c];
-    for (int64_t n = 0; n < N; n++) d[t[n]] -= s;
-    char *sb = nb__data(a->out2);
-    for (int64_t c = 0; c < C; c++) {
-        if (f32) ((float *)sb)[c] = (float)d[c];
-        else ((double *)sb)[c] = d[c];
-    }
-    nb_cpu_free(d, bytes);
+    for (int64_t c = 0; c < C; c++) cs.d[c] = f32 ? ((const float *)row)[c] : ((const double *)row)[c];
+    for (int64_t n = 0; n < N; n++) cs.d[t[n]] -= s;
+    nb_cpu_colsums_finish(&cs, nb__data(a->out2), f32);
     return NB_OK;
 }
 
