@@ -75,9 +75,9 @@ static const bench_spec specs[] = {
     {"sgemm", "", 1, SGEMM_N, SGEMM_N, 0, 1, 2.0 * SGEMM_N * SGEMM_N * SGEMM_N, OPT_NONE, 0, 0, 0, 0, false, false},
 };
 enum { N_SPECS = sizeof specs / sizeof specs[0], MAX_RUNS = 64, MAX_THREADS = 16 };
-/* Warm-up iterations added while the CPU tuners time (a shape called once per iteration needs 7
- * calls, a convolution 9; the user's warm-up counts towards them). */
-enum { TUNE_WARMUP_MAX = 12 };
+/* Warm-up iterations added while the CPU tuners time (a product called once per iteration needs up
+ * to 13 calls, a convolution 9; the user's warm-up counts towards them). */
+enum { TUNE_WARMUP_MAX = 14 };
 
 typedef struct bench_result {
     const bench_spec *s;

@@ -46,6 +46,8 @@ int cmd_info(int argc, char **argv)
     printf("nabla %s\n", nb_version());
     printf("backends:\n");
     printf("  cpu isa:  %s (kernels dispatch on it at run time)\n", cpu_isa());
+    printf("  amx:      %s\n", nb_cpu_amx_enabled() ? "on (float32 products may run on nabla's AMX kernel)"
+                                                    : "off (no AMX here, or NABLA_AMX=0)");
     printf("  blas:     %s\n", blas ? blas : "OpenBLAS (unknown configuration)");
     printf("  onednn:   %d.%d.%d%s%s, isa %s\n", dv->major, dv->minor, dv->patch,
            dv->hash && strcmp(dv->hash, "N/A") ? " " : "", dv->hash && strcmp(dv->hash, "N/A") ? dv->hash : "", dnnl_isa());

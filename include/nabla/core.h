@@ -112,6 +112,16 @@ NB_API nb_status nb_device_synchronize(nb_device d);
 NB_API nb_status nb_set_num_threads(int n);
 NB_API int nb_get_num_threads(void);
 
+/* ---- AMX (CPU) ------------------------------------------------------------------------------ */
+
+/* Whether float32 products on the CPU may run on nabla's AMX kernel: Intel's bfloat16 tiles, each
+ * float32 element split into three bfloat16s and six of their products summed, which keeps
+ * float32's accuracy (docs/ARCHITECTURE.md, "float32 products on AMX"). True where the CPU has
+ * AMX-BF16 and AVX512-BF16, Linux grants the tiles' state, and neither NABLA_AMX=0 nor
+ * NABLA_MAX_CPU_ISA=avx2 turned it off; the products' tuner then times it beside the libraries'
+ * sgemm and keeps the faster for each shape. */
+NB_API bool nb_cpu_amx_enabled(void);
+
 /* ---- convolution algorithm (CPU) ---------------------------------------------------------- */
 
 /* How float32 convolutions on the CPU (oneDNN) pick their algorithm.

@@ -57,4 +57,16 @@ bool nb_cpu_gemm_thin_k(int64_t m, int64_t n, int64_t k, float alpha, const floa
 bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* gemm_amx.c: whether nabla's AMX product runs here (the CPU has AMX-BF16 and AVX512-BF16, Linux
+ * grants the tiles, NABLA_AMX is not 0); tests turn it off and on again with set_enabled. */
+bool nb_cpu_amx(void);
+void nb_cpu_amx_set_enabled(bool on);
+/* gemm_amx.c's float32 product on AMX tiles, to float32's accuracy (bfloat16 pieces, six
+ * products): C = alpha op(A) op(B) (+ bias, a row of N added to every row; NULL: none), row-major,
+ * ta/tb 'N' or 'T'; C is never read. False where it did not run (no AMX, no memory for its packed
+ * blocks: nothing written) or where an input held an infinity or a NaN (C then undefined): the
+ * caller runs the product another way. */
+bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
+
 #endif

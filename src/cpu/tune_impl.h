@@ -1,4 +1,4 @@
-/* Internal: choosing among up to five ways of running a kernel by timing them (src/cpu/tune.c).
+/* Internal: choosing among up to six ways of running a kernel by timing them (src/cpu/tune.c).
  * The gemm kernel chooses a BLAS library this way, the conv kernels a convolution route. */
 #ifndef NB_TUNE_IMPL_H
 #define NB_TUNE_IMPL_H
@@ -10,17 +10,17 @@
 
 #define NB_TUNE_KEY 16    /* words of a problem's key (unused ones zero) */
 #define NB_TUNE_SLOTS 512 /* problems a tuner remembers; later ones keep the rules */
-#define NB_TUNE_MAX_CALLS 12
-#define NB_TUNE_WAYS 5
+#define NB_TUNE_MAX_CALLS 14
+#define NB_TUNE_WAYS 6
 
 typedef struct nb_tune_slot {
     int64_t key[NB_TUNE_KEY];
     int seen;    /* calls so far, up to the schedule's length + 1; 0: empty slot */
-    double t[NB_TUNE_WAYS]; /* the best seconds timed on ways 1 to 5 (0: none yet) */
+    double t[NB_TUNE_WAYS]; /* the best seconds timed on ways 1 to 6 (0: none yet) */
 } nb_tune_slot;
 
 /* One client's table. schedule[i] says how call i + 1 of a problem runs: 0 by the client's rules,
- * +w on way w (1 to 5) and timed, -w on that way untimed (a warm-up); steps on a way the problem
+ * +w on way w (1 to 6) and timed, -w on that way untimed (a warm-up); steps on a way the problem
  * does not have are skipped. After the schedule, every call runs on the way with the shortest
  * best time: the best of a way's timed calls, since
  * what disturbs a timing (other processes, a cold cache) only ever lengthens it. env names the variable that switches
@@ -47,9 +47,9 @@ typedef struct nb_tuner {
 bool nb_cpu_tune_enabled(nb_tuner *t);
 
 /* The way for this call of problem key: 0 = the rules (the tuner is off, its table is full, or
- * the schedule says so), else 1 to 5, one of the problem's ways (bit w - 1 of ways: it has way
+ * the schedule says so), else 1 to 6, one of the problem's ways (bit w - 1 of ways: it has way
  * w; the same for every call of a key). *timed: the way whose timings this call's seconds join,
- * less one (0 to 4), or -1 when the call is not timed. */
+ * less one (0 to 5), or -1 when the call is not timed. */
 int nb_cpu_tune_pick(nb_tuner *t, const int64_t key[NB_TUNE_KEY], unsigned ways, int *timed);
 
 /* Records sec as a timing of way timed + 1 of problem key. */

@@ -212,8 +212,8 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
 
 /* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = OpenBLAS on the transposed product, 4 = oneDNN's
  * matmul primitive, 5 = nabla's own kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c; NT of
- * few rows: gemm_dot.c) */
-static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 11, 0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1);
+ * few rows: gemm_dot.c), 6 = nabla's AMX product (gemm_amx.c, where nb_cpu_amx()) */
+static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 13, 0, 1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1);
 
 static bool transposed_offered(const gemm_job *j)
 {
@@ -232,6 +232,17 @@ static bool own_offered(const gemm_job *j)
     bool tn = j->ta == CblasTrans && j->tb == CblasNoTrans && j->k <= GEMM_THIN_MAX_K;
     bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= GEMM_DOT_MAX_M;
     return (nn || tn || nt) && nb_cpu_avx512();
+}
+
+/* nabla's AMX product: where the CPU and Linux have AMX, for beta 0 (C overwritten). */
+static bool amx_offered(const gemm_job *j) { return j->beta == 0 && nb_cpu_amx(); }
+
+/* Way 6 for j (its bias included): false where it did not run (C then undefined, beta being 0: the
+ * caller's next way overwrites it). */
+static bool gemm_amx(const gemm_job *j, const float *a, const float *b, float *c)
+{
+    return nb_cpu_gemm_amx(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k,
+                           (float)j->alpha, a, j->lda, b, j->ldb, c, j->ldc, j->bias);
 }
 
 /* Way 5 for j: false (nothing written) where it does not run. */
@@ -270,8 +281,8 @@ static int rule_way(const gemm_job *j, bool in_batch_loop, bool dnnl)
 }
 
 /* The way for this call of a product: 0 = the rules (not a product to tune, or its first
- * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed, 4 = oneDNN's matmul; *timed as
- * nb_cpu_tune_pick's. */
+ * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed, 4 = oneDNN's matmul, 5 = nabla's own
+ * kernels, 6 = the AMX product; *timed as nb_cpu_tune_pick's. */
 static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_KEY], int *timed)
 {
     *timed = -1;
@@ -281,7 +292,7 @@ static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_
                               j->bias != NULL};
     memcpy(key, k, sizeof k);
     unsigned ways = 3u | (transposed_offered(j) ? 4u : 0u) | (matmul_offered() ? 8u : 0u) |
-                    (own_offered(j) ? 16u : 0u);
+                    (own_offered(j) ? 16u : 0u) | (amx_offered(j) ? 32u : 0u);
     return nb_cpu_tune_pick(&g_tuner, key, ways, timed);
 }
 
@@ -391,6 +402,14 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
     double t0 = timed >= 0 ? nb_cpu_seconds() : 0;
     int st = dnnl_success;
     gemm_job plain;
+    if (pick == 6) {
+        if (gemm_amx(j, a, b, c)) {
+            if (timed >= 0) nb_cpu_tune_record(&g_tuner, key, timed, nb_cpu_seconds() - t0);
+            return dnnl_success;
+        }
+        pick = 1; /* not run, or met an infinity or NaN: OpenBLAS, and the time is not the way's */
+        timed = -1;
+    }
     if (j->bias && j->alpha == 1 && (pick == 4 || (pick == 2 && widen_pays(j)))) {
         bool done = pick == 4 ? nb__dnnl_matmul(j->ta == CblasTrans ? 'T' : 'N', j->tb == CblasTrans ? 'T' : 'N', j->m,
                                                 j->n, j->k, 1.0f, a, j->lda, b, j->ldb, 0.0f, c, j->ldc,

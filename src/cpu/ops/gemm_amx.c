@@ -1,0 +1,466 @@
+/* nabla's float32 product on Intel's AMX tiles: C = alpha op(A) op(B) (+ a bias row), row-major,
+ * op N or T, computed to float32's accuracy from bfloat16 products ("bf16x6").
+ *
+ * Why. A core with AMX (Sapphire Rapids and later) multiplies bfloat16 tiles at 1024 flops a
+ * cycle against AVX-512's 64 float32 flops: the 2-vCPU Xeon this was written on measured 3.1
+ * TFLOP/s of TDPBF16PS against an sgemm peak of 163-196 GFLOP/s on one core. Every float32 x is
+ * exactly x0 + x1 + x2 with three bfloat16s (8 significant bits each, rounded to nearest:
+ * |x1| <= 2^-8 |x|, |x2| <= 2^-16 |x|), and the product of two bfloat16s is exact in float32. So
+ *     a b = a0 b0 + (a0 b1 + a1 b0) + (a0 b2 + a1 b1 + a2 b0) + [a1 b2 + a2 b1 + a2 b2]
+ * and the first six terms, each exact, accumulated in float32 on the tiles, leave out at most
+ * 2^-23 |a b| (the bracket), which is within float32's own rounding of one product; the sums
+ * then round as an sgemm's do. tests/test_gemm_amx.c checks the error against a float64
+ * product, beside OpenBLAS's sgemm's. The same idea, nine products, is what cuBLAS calls its
+ * emulated float32 (BF16x9); six cost two thirds of that and lose nothing a float32 sgemm keeps.
+ * A finite x that would round to a bfloat16 infinity is truncated instead. An infinity or a NaN
+ * cannot keep float32's result (inf x1 with x1 = 0 is a NaN): the packing notes them and the
+ * product then reports that it did not run, and the caller runs another way (C is overwritten:
+ * beta is 0). What AMX flushes: inputs and products below float32's smallest normal (2^-126),
+ * as the denormals-are-zero mode does.
+ *
+ * How (the GotoBLAS loops): for each block of NC columns and KC of the inner dimension, the
+ * threads convert B's block into tiles (three bfloat16 pieces in the VNNI layout the B operand
+ * takes, pairs of k side by side) and each thread then takes its share of blocks of MC rows,
+ * converting each block of A into its three pieces (16 rows x 32 k per tile) and running the
+ * 32 x 32 kernel over the block: four tiles of C, two of A, two of B, and 24 TDPBF16PS per 32
+ * k's. The block of B stays in L2, A's in L1 and L2. Edges are padded with zeros in the
+ * packed pieces; C's edge blocks go through a 32 x 32 scratch. alpha scales A as it is packed.
+ * Each K block's sums start from zero (the first from the bias row, loaded with a stride of 0)
+ * and are added to C.
+ * An AMX kernel: it runs where nb_cpu_amx() (the CPU has AMX-BF16 and AVX512-BF16, Linux grants
+ * the tiles' state, nabla's AVX-512 kernels are on). gemm.c offers it as a way of the tuner;
+ * NABLA_AMX=0 turns it off. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/blas_impl.h"
+#include "cpu/cpu_impl.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <omp.h>
+
+#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
+#define TK 32         /* k per tile row (bfloat16s) */
+#define TILE 512      /* bfloat16s per tile: 16 rows of 32 */
+#define PIECES 3      /* x0, x1, x2 */
+#define KC 256        /* k per block: 8 tiles' worth */
+#define NC 1024       /* columns per block of B: KC x NC x 3 pieces x 2 bytes = 1.5 MB, in L2 */
+#define MC 64         /* rows per block of A: 64 x 256 x 3 x 2 = 96 KB */
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static atomic_int g_state = -1; /* -1 unknown, 0 off, 1 on */
+static _Thread_local unsigned tl_nonfinite; /* split3 met an infinity or a NaN on this thread */
+
+static bool amx_probe(void)
+{
+    const char *e = getenv("NABLA_AMX");
+    if ((e && e[0] == '0') || !nb_cpu_avx512()) return false;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return false;
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16) return false;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+bool nb_cpu_amx(void)
+{
+    int s = atomic_load(&g_state);
+    if (s < 0) {
+        s = amx_probe() ? 1 : 0;
+        atomic_store(&g_state, s);
+    }
+    return s == 1;
+}
+
+void nb_cpu_amx_set_enabled(bool on)
+{
+    atomic_store(&g_state, on && amx_probe() ? 1 : 0);
+}
+
+bool nb_cpu_amx_enabled(void) { return nb_cpu_amx(); }
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+static AMX void tiles_on(void)
+{
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* The lanes of 16 of which `left` remain. */
+static inline __mmask16 nb__lanes16(int64_t left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+}
+
+/* The three bfloat16 pieces of 16 floats v, each as 16 bits in the low half of 32-bit lanes. */
+static AMX inline void split3(__m512 v, __m512i out[PIECES])
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __mmask16 nonfinite = _mm512_fpclass_ps_mask(v, 0x99); /* NaN, +-inf */
+    tl_nonfinite |= nonfinite;
+    __m512i x0 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v));
+    /* a finite v that rounds to infinity: truncated instead */
+    __m512i mag = _mm512_and_si512(x0, _mm512_set1_epi32(0x7FFF));
+    __mmask16 over = _mm512_mask_cmpeq_epi32_mask((__mmask16)~nonfinite, mag, _mm512_set1_epi32(0x7F80));
+    x0 = _mm512_mask_srli_epi32(x0, over, _mm512_castps_si512(v), 16);
+    __m512 r1 = _mm512_maskz_sub_ps((__mmask16)~nonfinite, v, _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16)));
+    __m512i x1 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(r1));
+    __m512 r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16)));
+    /* r2 has at most 8 significant bits: exact in a bfloat16 (its low half is zero) */
+    __m512i x2 = _mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(r2), hi), 16);
+    out[0] = x0;
+    out[1] = x1;
+    out[2] = x2;
+}
+
+/* 16 x 16 32-bit transpose in place. */
+static AMX void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_i32x4(r[i + j], r[i + j + 4], 0xDD);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
+    }
+}
+
+/* The 16 lines i (of which `lines` are valid) of 32 k (of which `kv` are valid), element (i, k)
+ * at src[i * ld + k], as bfloat16 pieces: out[p][i] holds line i's 32 k's (16 pairs of 32 bits). */
+static AMX void lines_of_k(const float *src, int64_t ld, int lines, int kv, float alpha, __m512i out[PIECES][16])
+{
+    __mmask16 m0 = kv >= 16 ? 0xFFFF : (__mmask16)((1u << kv) - 1);
+    __mmask16 m1 = kv >= 32 ? 0xFFFF : kv > 16 ? (__mmask16)((1u << (kv - 16)) - 1) : 0;
+    __m512 al = _mm512_set1_ps(alpha);
+    for (int i = 0; i < 16; i++) {
+        if (i >= lines) {
+            for (int p = 0; p < PIECES; p++) out[p][i] = _mm512_setzero_si512();
+            continue;
+        }
+        const float *s = src + i * ld;
+        __m512i lo[PIECES], hi[PIECES];
+        split3(_mm512_mul_ps(al, _mm512_maskz_loadu_ps(m0, s)), lo);
+        split3(_mm512_mul_ps(al, _mm512_maskz_loadu_ps(m1, s + 16)), hi);
+        for (int p = 0; p < PIECES; p++) /* 32 bfloat16s in k order */
+            out[p][i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo[p])),
+                                           _mm512_cvtepi32_epi16(hi[p]), 1);
+    }
+}
+
+/* The 16 pairs of k (of `kv` valid k's) of 16 items i (of which `items` are valid), element
+ * (k, i) at src[k * ld + i], as bfloat16 pieces: out[p][q] holds, for each i, k = 2q and 2q + 1
+ * side by side. */
+static AMX void pairs_of_k(const float *src, int64_t ld, int items, int kv, float alpha, __m512i out[PIECES][16])
+{
+    __mmask16 m = items >= 16 ? 0xFFFF : (__mmask16)((1u << items) - 1);
+    __m512 al = _mm512_set1_ps(alpha);
+    for (int q = 0; q < 16; q++) {
+        __m512i e[PIECES], o[PIECES];
+        int k = 2 * q;
+        __m512 ve = k < kv ? _mm512_maskz_loadu_ps(m, src + k * ld) : _mm512_setzero_ps();
+        __m512 vo = k + 1 < kv ? _mm512_maskz_loadu_ps(m, src + (k + 1) * ld) : _mm512_setzero_ps();
+        split3(_mm512_mul_ps(al, ve), e);
+        split3(_mm512_mul_ps(al, vo), o);
+        for (int p = 0; p < PIECES; p++) out[p][q] = _mm512_or_si512(e[p], _mm512_slli_epi32(o[p], 16));
+    }
+}
+
+static AMX void store_tiles(__m512i v[PIECES][16], uint16_t *dst)
+{
+    for (int p = 0; p < PIECES; p++)
+        for (int r = 0; r < 16; r++) _mm512_storeu_si512((void *)(dst + p * TILE + r * 32), v[p][r]);
+}
+
+/* One operand, as the product sees it: element (r, c) of op(X) at p[r * sr + c * sc], one of sr,
+ * sc being 1. */
+typedef struct {
+    const float *p;
+    int64_t ld;
+    bool trans; /* op(X) = X^T: element (r, c) at p[c * ld + r] */
+} operand;
+
+/* A's tile (16 rows from r0, 32 k from k0) into dst: the rows i of op(A), 32 k's each. */
+static AMX void pack_a_tile(operand a, int64_t rows, int64_t k, int64_t r0, int64_t k0, float alpha, uint16_t *dst)
+{
+    __m512i v[PIECES][16];
+    int lines = rows - r0 < 16 ? (int)(rows - r0) : 16, kv = k - k0 < TK ? (int)(k - k0) : TK;
+    if (!a.trans) {
+        lines_of_k(a.p + r0 * a.ld + k0, a.ld, lines, kv, alpha, v);
+    } else { /* stored [K, M]: pairs of k of 16 rows, transposed */
+        pairs_of_k(a.p + k0 * a.ld + r0, a.ld, lines, kv, alpha, v);
+        for (int p = 0; p < PIECES; p++) transpose16(v[p]);
+    }
+    store_tiles(v, dst);
+}
+
+/* B's tile (32 k from k0, 16 columns from c0) into dst, in the VNNI layout: row q holds, for
+ * each column, k = 2q and 2q + 1. */
+static AMX void pack_b_tile(operand b, int64_t cols, int64_t k, int64_t k0, int64_t c0, uint16_t *dst)
+{
+    __m512i v[PIECES][16];
+    int items = cols - c0 < 16 ? (int)(cols - c0) : 16, kv = k - k0 < TK ? (int)(k - k0) : TK;
+    if (!b.trans) {
+        pairs_of_k(b.p + k0 * b.ld + c0, b.ld, items, kv, 1.0f, v);
+    } else { /* stored [N, K]: each column's 32 k's, transposed */
+        lines_of_k(b.p + c0 * b.ld + k0, b.ld, items, kv, 1.0f, v);
+        for (int p = 0; p < PIECES; p++) transpose16(v[p]);
+    }
+    store_tiles(v, dst);
+}
+
+/* The product's shape and C. */
+typedef struct {
+    int64_t m, n, k;
+    operand a, b;
+    float alpha;
+    float *c;
+    int64_t ldc;
+    const float *bias;
+} amx_job;
+
+/* Tiles 0-3 at the start of a K block of C's 32 x 32 block at (i0, j0): the bias (the first K
+ * block of a whole block; an edge block's goes through scratch), else zeros: each K block's sums
+ * start from zero and c_store adds them to C, so that rounding grows with the block's k's, not
+ * with all of K (as an sgemm's kernel sums a block of K in registers). */
+static AMX void c_start(const amx_job *j, int64_t i0, int64_t j0, bool first, float *scratch)
+{
+    if (!first || !j->bias) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        return;
+    }
+    const float *src = j->bias + j0;
+    int64_t s = 0;
+    if (j0 + 32 > j->n) {
+        memset(scratch, 0, 32 * sizeof(float));
+        memcpy(scratch, src, (size_t)(j->n - j0) * sizeof(float));
+        src = scratch;
+    }
+    _tile_loadd(0, src, s);
+    _tile_loadd(1, src + 16, s);
+    _tile_loadd(2, src, s);
+    _tile_loadd(3, src + 16, s);
+}
+
+/* Tiles 0-3 into C's block at (i0, j0): stored in the first K block, else added to C; an edge
+ * block's valid part through scratch. */
+static AMX void c_store(const amx_job *j, int64_t i0, int64_t j0, bool first, float *scratch)
+{
+    float *c = j->c + i0 * j->ldc + j0;
+    bool set = first;
+    if (set && i0 + 32 <= j->m && j0 + 32 <= j->n) {
+        int64_t s = j->ldc * (int64_t)sizeof(float);
+        _tile_stored(0, c, s);
+        _tile_stored(1, c + 16, s);
+        _tile_stored(2, c + 16 * j->ldc, s);
+        _tile_stored(3, c + 16 * j->ldc + 16, s);
+        return;
+    }
+    _tile_stored(0, scratch, 128);
+    _tile_stored(1, scratch + 16, 128);
+    _tile_stored(2, scratch + 16 * 32, 128);
+    _tile_stored(3, scratch + 16 * 32 + 16, 128);
+    int64_t rows = j->m - i0 < 32 ? j->m - i0 : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
+    __mmask16 m0 = nb__lanes16(cols), m1 = nb__lanes16(cols - 16);
+    for (int64_t r = 0; r < rows; r++) {
+        float *cr = c + r * j->ldc;
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, scratch + r * 32), v1 = _mm512_maskz_loadu_ps(m1, scratch + r * 32 + 16);
+        if (!set) {
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
+        }
+        _mm512_mask_storeu_ps(cr, m0, v0);
+        _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    }
+}
+
+/* Tiles 0-3 += the six products of the pieces over nkt tiles of k: a0, a1 the packed A tiles of
+ * the two row halves (strided by PIECES * TILE per k tile), b0, b1 the B ones. */
+static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1, int nkt)
+{
+#define LA(p)                                  \
+    _tile_loadd(4, a0 + (p) * TILE, 64);       \
+    _tile_loadd(5, a1 + (p) * TILE, 64)
+#define LB(p)                                  \
+    _tile_loadd(6, b0 + (p) * TILE, 64);       \
+    _tile_loadd(7, b1 + (p) * TILE, 64)
+#define DP4                   \
+    _tile_dpbf16ps(0, 4, 6);  \
+    _tile_dpbf16ps(1, 4, 7);  \
+    _tile_dpbf16ps(2, 5, 6);  \
+    _tile_dpbf16ps(3, 5, 7)
+    for (int t = 0; t < nkt; t++) {
+        /* (a2 b0), (a1 b0), (a1 b1), (a0 b1), (a0 b0), (a0 b2): 14 tile loads for 24 products */
+        LA(2);
+        LB(0);
+        DP4;
+        LA(1);
+        DP4;
+        LB(1);
+        DP4;
+        LA(0);
+        DP4;
+        LB(0);
+        DP4;
+        LB(2);
+        DP4;
+        a0 += PIECES * TILE;
+        a1 += PIECES * TILE;
+        b0 += PIECES * TILE;
+        b1 += PIECES * TILE;
+    }
+#undef LA
+#undef LB
+#undef DP4
+}
+
+static int64_t up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+/* A's block of up to MC rows from ic, k from pc (nkt tiles), into ap as [16-row tile][k tile]
+ * [piece]; a whole tile past the rows is zeros. */
+static AMX void pack_a_block(const amx_job *j, int64_t ic, int64_t pc, int64_t nmt, int64_t nkt, uint16_t *ap)
+{
+    /* along A's rows as it is stored: stored [M, K], a row tile's k tiles one after another;
+     * stored [K, M], the row tiles of a k tile side by side */
+    for (int64_t q = 0; q < nmt * nkt; q++) {
+        int64_t kt = j->a.trans ? q / nmt : q % nkt, mt = j->a.trans ? q % nmt : q / nkt;
+        uint16_t *dst = ap + (mt * nkt + kt) * PIECES * TILE;
+        int64_t r0 = ic + 16 * mt;
+        if (r0 >= j->m)
+            memset(dst, 0, PIECES * TILE * sizeof(uint16_t));
+        else
+            pack_a_tile(j->a, j->m, j->k, r0, pc + TK * kt, j->alpha, dst);
+    }
+}
+
+/* Whether any input was an infinity or a NaN. */
+static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
+{
+    atomic_int nonfinite = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        tl_nonfinite = 0;
+        int t = omp_get_thread_num();
+        uint16_t *ap = ap_all + (size_t)t * (MC / 16) * (KC / TK) * PIECES * TILE;
+        float scratch[32 * 32];
+        tiles_on();
+        for (int64_t jc = 0; jc < j->n; jc += NC) {
+            int64_t ntn = up(j->n - jc < NC ? j->n - jc : NC, 32) / 16; /* 16-column tiles, even */
+            for (int64_t pc = 0; pc < j->k; pc += KC) {
+                int64_t nkt = up(j->k - pc < KC ? j->k - pc : KC, TK) / TK;
+                /* B's block, [16-column tile][k tile][piece], by all threads */
+#pragma omp for schedule(static)
+                for (int64_t q = 0; q < ntn * nkt; q++) {
+                    /* stored [K, N]: the tiles of a k tile side by side, to read along B's rows;
+                     * stored [N, K]: a column tile's k tiles one after another, for the same */
+                    int64_t kt = j->b.trans ? q % nkt : q / ntn, nt16 = j->b.trans ? q / nkt : q % ntn;
+                    int64_t c0 = jc + 16 * nt16;
+                    uint16_t *dst = bp + (nt16 * nkt + kt) * PIECES * TILE;
+                    if (c0 >= j->n)
+                        memset(dst, 0, PIECES * TILE * sizeof(uint16_t));
+                    else
+                        pack_b_tile(j->b, j->n, j->k, pc + TK * kt, c0, dst);
+                }
+                /* the blocks of rows, split among the threads */
+                int64_t nblocks = (j->m + MC - 1) / MC;
+                for (int64_t blk = nblocks * t / nt; blk < nblocks * (t + 1) / nt; blk++) {
+                    int64_t ic = blk * MC;
+                    int64_t nmt = up(j->m - ic < MC ? j->m - ic : MC, 32) / 16;
+                    pack_a_block(j, ic, pc, nmt, nkt, ap);
+                    for (int64_t jt = 0; jt < ntn; jt += 2)
+                        for (int64_t mt = 0; mt < nmt; mt += 2) {
+                            int64_t i0 = ic + 16 * mt, j0 = jc + 16 * jt;
+                            c_start(j, i0, j0, pc == 0, scratch);
+                            const uint16_t *a0 = ap + mt * nkt * PIECES * TILE;
+                            const uint16_t *b0 = bp + jt * nkt * PIECES * TILE;
+                            kernel(a0, a0 + nkt * PIECES * TILE, b0, b0 + nkt * PIECES * TILE, (int)nkt);
+                            c_store(j, i0, j0, pc == 0, scratch);
+                        }
+                }
+#pragma omp barrier
+            }
+        }
+        _tile_release();
+        if (tl_nonfinite) atomic_store(&nonfinite, 1);
+    }
+    return atomic_load(&nonfinite) != 0;
+}
+
+bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias)
+{
+    if (m < 1 || n < 1 || k < 1 || !nb_cpu_amx()) return false;
+    amx_job j = {.m = m, .n = n, .k = k, .a = {a, lda, ta == 'T'}, .b = {b, ldb, tb == 'T'},
+                 .alpha = alpha, .c = c, .ldc = ldc, .bias = bias};
+    int64_t nblocks = (m + MC - 1) / MC;
+    int nt = nb_cpu_threads_for(m * n * k, 1 << 20);
+    if (nt > nblocks) nt = (int)nblocks;
+    if (nt < 1) nt = 1;
+    int64_t ntn = up(n < NC ? n : NC, 32) / 16, nkt = up(k < KC ? k : KC, TK) / TK;
+    size_t bbytes = (size_t)(ntn * nkt) * PIECES * TILE * sizeof(uint16_t);
+    size_t abytes = (size_t)nt * (MC / 16) * (KC / TK) * PIECES * TILE * sizeof(uint16_t);
+    uint16_t *bp = nb_cpu_alloc(bbytes), *ap = bp ? nb_cpu_alloc(abytes) : NULL;
+    if (!ap) {
+        if (bp) nb_cpu_free(bp, bbytes);
+        return false;
+    }
+    bool nonfinite = run(&j, nt, bp, ap);
+    nb_cpu_free(ap, abytes);
+    nb_cpu_free(bp, bbytes);
+    return !nonfinite;
+}
+
+#else
+
+bool nb_cpu_amx(void) { return false; }
+
+void nb_cpu_amx_set_enabled(bool on) { (void)on; }
+
+bool nb_cpu_amx_enabled(void) { return false; }
+
+bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias)
+{
+    (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)c, (void)ldc, (void)bias;
+    return false;
+}
+
+#endif
