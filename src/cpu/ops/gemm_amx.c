@@ -7,11 +7,11 @@
  * exactly x0 + x1 + x2 with three bfloat16s (8 significant bits each, rounded to nearest:
  * |x1| <= 2^-8 |x|, |x2| <= 2^-16 |x|), and the product of two bfloat16s is exact in float32. So
  *     a b = a0 b0 + (a0 b1 + a1 b0) + (a0 b2 + a1 b1 + a2 b0) + [a1 b2 + a2 b1 + a2 b2]
- * and the first six terms, each exact, accumulated in float32 on the tiles, leave out at most
- * 2^-23 |a b| (the bracket), which is within float32's own rounding of one product; the sums
+ * and the first six terms, each exact, accumulated in float32 on the tiles, leave out the
+ * bracket, each of its terms at most 2^-24 |a b| (float32's rounding of one product); the sums
  * then round as an sgemm's do. tests/test_gemm_amx.c checks the error against a float64
- * product, beside OpenBLAS's sgemm's. The same idea, nine products, is what cuBLAS calls its
- * emulated float32 (BF16x9); six cost two thirds of that and lose nothing a float32 sgemm keeps.
+ * product, beside OpenBLAS's sgemm's, and it measures below sgemm's. cuBLAS offers the nine
+ * products as an emulated float32 (BF16x9); six cost two thirds of that.
  * A finite x that would round to a bfloat16 infinity is truncated instead. An infinity or a NaN
  * cannot keep float32's result (inf x1 with x1 = 0 is a NaN): the packing notes them and the
  * product then reports that it did not run, and the caller runs another way (C is overwritten:
