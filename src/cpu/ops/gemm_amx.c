@@ -45,6 +45,8 @@
 
 #include <omp.h>
 
+#include "cpu/ops/gemm_own_impl.h"
+
 #define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
 #define TK 32         /* k per tile row (bfloat16s) */
@@ -108,12 +110,6 @@ static AMX void tiles_on(void)
     _tile_loadconfig(&cfg);
 }
 
-/* The lanes of 16 of which `left` remain. */
-static inline __mmask16 nb__lanes16(int64_t left)
-{
-    return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-}
-
 /* The three bfloat16 pieces of 16 floats v, each as 16 bits in the low half of 32-bit lanes. */
 static AMX inline void split3(__m512 v, __m512i out[PIECES])
 {
@@ -164,8 +160,7 @@ static AMX void transpose16(__m512i r[16])
  * at src[i * ld + k], as bfloat16 pieces: out[p][i] holds line i's 32 k's (16 pairs of 32 bits). */
 static AMX void lines_of_k(const float *src, int64_t ld, int lines, int kv, float alpha, __m512i out[PIECES][16])
 {
-    __mmask16 m0 = kv >= 16 ? 0xFFFF : (__mmask16)((1u << kv) - 1);
-    __mmask16 m1 = kv >= 32 ? 0xFFFF : kv > 16 ? (__mmask16)((1u << (kv - 16)) - 1) : 0;
+    __mmask16 m0 = nb__lanes_left(kv), m1 = nb__lanes_left(kv - 16);
     __m512 al = _mm512_set1_ps(alpha);
     for (int i = 0; i < 16; i++) {
         if (i >= lines) {
@@ -187,7 +182,7 @@ static AMX void lines_of_k(const float *src, int64_t ld, int lines, int kv, floa
  * side by side. */
 static AMX void pairs_of_k(const float *src, int64_t ld, int items, int kv, float alpha, __m512i out[PIECES][16])
 {
-    __mmask16 m = items >= 16 ? 0xFFFF : (__mmask16)((1u << items) - 1);
+    __mmask16 m = nb__lanes_left(items);
     __m512 al = _mm512_set1_ps(alpha);
     for (int q = 0; q < 16; q++) {
         __m512i e[PIECES], o[PIECES];
@@ -298,7 +293,7 @@ static AMX void c_store(const amx_job *j, int64_t i0, int64_t j0, bool first, fl
     _tile_stored(2, scratch + 16 * 32, 128);
     _tile_stored(3, scratch + 16 * 32 + 16, 128);
     int64_t rows = j->m - i0 < 32 ? j->m - i0 : 32, cols = j->n - j0 < 32 ? j->n - j0 : 32;
-    __mmask16 m0 = nb__lanes16(cols), m1 = nb__lanes16(cols - 16);
+    __mmask16 m0 = nb__lanes_left(cols), m1 = nb__lanes_left(cols - 16);
     for (int64_t r = 0; r < rows; r++) {
         float *cr = c + r * j->ldc;
         __m512 v0 = _mm512_maskz_loadu_ps(m0, scratch + r * 32), v1 = _mm512_maskz_loadu_ps(m1, scratch + r * 32 + 16);
