@@ -67,11 +67,9 @@ static bool amx_probe(void)
     const char *e = getenv("NABLA_AMX");
     if ((e && e[0] == '0') || !nb_cpu_avx512()) return false;
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return false;
-    unsigned a, b, c, d;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
-    if (!tile || !bf16) return false;
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+        return false;
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
@@ -201,8 +199,8 @@ static AMX void store_tiles(__m512i v[PIECES][16], uint16_t *dst)
         for (int r = 0; r < 16; r++) _mm512_storeu_si512((void *)(dst + p * TILE + r * 32), v[p][r]);
 }
 
-/* One operand, as the product sees it: element (r, c) of op(X) at p[r * sr + c * sc], one of sr,
- * sc being 1. */
+/* One operand, row-major with leading dimension ld: element (r, c) of op(X) at p[r * ld + c], or
+ * with trans at p[c * ld + r]. */
 typedef struct {
     const float *p;
     int64_t ld;
