@@ -93,8 +93,9 @@ static void check(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha
 static void test_accuracy(void **state)
 {
     (void)state;
+    /* the last two: several blocks of columns (A packed once and kept), of rows and of k */
     const int64_t shapes[][3] = {{1, 1, 1},    {16, 16, 32},  {33, 47, 65},  {100, 70, 300},
-                                 {64, 1030, 257}, {300, 40, 700}, {130, 96, 1100}};
+                                 {300, 40, 700}, {130, 96, 1100}, {64, 1030, 257}, {100, 600, 1100}};
     const char tr[][2] = {{'N', 'N'}, {'N', 'T'}, {'T', 'N'}, {'T', 'T'}};
     unsigned seed = 1;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -108,18 +109,25 @@ static void test_accuracy(void **state)
 static void test_threads_same_bits(void **state)
 {
     (void)state;
-    int64_t m = 200, n = 96, k = 600;
-    unsigned seed = 7;
-    float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f);
-    float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float))), *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
+    const int64_t shapes[][3] = {{200, 96, 600}, {200, 600, 600}}; /* one block of columns; two */
     int was = nb_get_num_threads();
-    nb_set_num_threads(1);
-    assert_true(nb_cpu_gemm_amx('N', 'N', m, n, k, 1.0f, a, k, b, n, c1, n, NULL));
-    nb_set_num_threads(2);
-    assert_true(nb_cpu_gemm_amx('N', 'N', m, n, k, 1.0f, a, k, b, n, c2, n, NULL));
+    for (int s = 0; s < 2; s++)
+        for (int tr = 0; tr < 2; tr++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            char ta = tr ? 'T' : 'N', tb = ta;
+            unsigned seed = 7;
+            float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f);
+            float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
+            float *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
+            int64_t lda = tr ? m : k, ldb = tr ? k : n;
+            nb_set_num_threads(1);
+            assert_true(nb_cpu_gemm_amx(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, c1, n, NULL));
+            nb_set_num_threads(2);
+            assert_true(nb_cpu_gemm_amx(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, c2, n, NULL));
+            assert_memory_equal(c1, c2, (size_t)(m * n) * sizeof(float));
+            free(a), free(b), free(c1), free(c2);
+        }
     nb_set_num_threads(was);
-    assert_memory_equal(c1, c2, (size_t)(m * n) * sizeof(float));
-    free(a), free(b), free(c1), free(c2);
 }
 
 /* Finite values past bfloat16's largest (they would round to its infinity) keep float32's

@@ -52,9 +52,11 @@
 #define TK 32         /* k per tile row (bfloat16s) */
 #define TILE 512      /* bfloat16s per tile: 16 rows of 32 */
 #define PIECES 3      /* x0, x1, x2 */
-#define KC 256        /* k per block: 8 tiles' worth */
-#define NC 1024       /* columns per block of B: KC x NC x 3 pieces x 2 bytes = 1.5 MB, in L2 */
-#define MC 64         /* rows per block of A: 64 x 256 x 3 x 2 = 96 KB */
+#define KC 512        /* k per block: 16 tiles' worth */
+#define NC 512        /* columns per block of B: KC x NC x 3 pieces x 2 bytes = 1.5 MB, in L2 */
+#define MC 64         /* rows per block of A, at most: 64 x 512 x 3 x 2 = 192 KB */
+#define SLOT ((MC / 16) * (KC / TK) * PIECES * TILE) /* bfloat16s of one packed block of A */
+#define WHOLE_A_MAX ((size_t)64 << 20) /* bytes: A packed once for all column blocks up to this */
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -240,6 +242,8 @@ typedef struct {
     float *c;
     int64_t ldc;
     const float *bias;
+    int64_t mc;  /* rows per block of A: 64 where A is stored [K, M] (longer runs to read), else 32 */
+    bool whole;  /* A is packed once, by blocks of mc x KC, and kept for all column blocks */
 } amx_job;
 
 /* Tiles 0-3 at the start of a K block of C's 32 x 32 block at (i0, j0): the bias (the first K
@@ -300,9 +304,27 @@ static AMX void c_store(const amx_job *j, int64_t i0, int64_t j0, bool first, fl
     }
 }
 
+/* The cache lines of the next block of A, brought into L2 a few at a time while the kernel works
+ * on this one: `rows` runs of `per` lines, ld bytes apart. Without it the packing of A waits on
+ * memory where A's rows are long (a 4096 x 10000 A took longer to pack than to multiply). */
+typedef struct {
+    const char *p;
+    int64_t ld, rows, per, next;
+} ahead;
+
+static void ahead_some(ahead *h, int64_t count)
+{
+    if (!h->p) return;
+    int64_t end = h->next + count < h->rows * h->per ? h->next + count : h->rows * h->per;
+    for (; h->next < end; h->next++)
+        _mm_prefetch(h->p + h->next / h->per * h->ld + h->next % h->per * 64, _MM_HINT_T1);
+}
+
 /* Tiles 0-3 += the six products of the pieces over nkt tiles of k: a0, a1 the packed A tiles of
- * the two row halves (strided by PIECES * TILE per k tile), b0, b1 the B ones. */
-static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1, int nkt)
+ * the two row halves (strided by PIECES * TILE per k tile), b0, b1 the B ones; `each` lines of h
+ * fetched a k tile. */
+static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1, int nkt,
+                       ahead *h, int64_t each)
 {
 #define LA(p)                                  \
     _tile_loadd(4, a0 + (p) * TILE, 64);       \
@@ -322,6 +344,7 @@ static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b
         DP4;
         LA(1);
         DP4;
+        ahead_some(h, each);
         LB(1);
         DP4;
         LA(0);
@@ -342,7 +365,7 @@ static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b
 
 static int64_t up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-/* A's block of up to MC rows from ic, k from pc (nkt tiles), into ap as [16-row tile][k tile]
+/* A's block of up to mc rows from ic, k from pc (nkt tiles), into ap as [16-row tile][k tile]
  * [piece]; a whole tile past the rows is zeros. */
 static AMX void pack_a_block(const amx_job *j, int64_t ic, int64_t pc, int64_t nmt, int64_t nkt, uint16_t *ap)
 {
@@ -359,7 +382,21 @@ static AMX void pack_a_block(const amx_job *j, int64_t ic, int64_t pc, int64_t n
     }
 }
 
-/* Whether any input was an infinity or a NaN. */
+/* The lines of A's stored block of rows from ic, k from pc; none past A. */
+static ahead ahead_of(const amx_job *j, int64_t ic, int64_t pc)
+{
+    ahead h = {0};
+    if (ic >= j->m || pc >= j->k) return h;
+    int64_t mc = j->m - ic < j->mc ? j->m - ic : j->mc, kc = j->k - pc < KC ? j->k - pc : KC;
+    int64_t ld = j->a.ld * (int64_t)sizeof(float);
+    if (!j->a.trans)
+        h = (ahead){(const char *)(j->a.p + ic * j->a.ld + pc), ld, mc, (kc + 15) / 16, 0};
+    else
+        h = (ahead){(const char *)(j->a.p + pc * j->a.ld + ic), ld, kc, (mc + 15) / 16, 0};
+    return h;
+}
+
+/* Whether any input was an infinity or a NaN. ap_all: a block of A per thread, or all of A. */
 static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
 {
     atomic_int nonfinite = 0;
@@ -367,7 +404,7 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
     {
         tl_nonfinite = 0;
         int t = omp_get_thread_num();
-        uint16_t *ap = ap_all + (size_t)t * (MC / 16) * (KC / TK) * PIECES * TILE;
+        uint16_t *ap = j->whole ? ap_all : ap_all + (size_t)t * SLOT;
         float scratch[32 * 32];
         tiles_on();
         for (int64_t jc = 0; jc < j->n; jc += NC) {
@@ -387,19 +424,32 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
                     else
                         pack_b_tile(j->b, j->n, j->k, pc + TK * kt, c0, dst);
                 }
-                /* the blocks of rows, split among the threads */
-                int64_t nblocks = (j->m + MC - 1) / MC;
-                for (int64_t blk = nblocks * t / nt; blk < nblocks * (t + 1) / nt; blk++) {
-                    int64_t ic = blk * MC;
-                    int64_t nmt = up(j->m - ic < MC ? j->m - ic : MC, 32) / 16;
-                    pack_a_block(j, ic, pc, nmt, nkt, ap);
+                /* the blocks of rows, split among the threads; the next block of A fetched
+                 * during this one's kernels: the thread's next block of rows, else its first at
+                 * the next pc; from the packed copy once A is whole */
+                int64_t nblocks = (j->m + j->mc - 1) / j->mc, npc = (j->k + KC - 1) / KC;
+                int64_t b_lo = nblocks * t / nt, b_hi = nblocks * (t + 1) / nt;
+                for (int64_t blk = b_lo; blk < b_hi; blk++) {
+                    int64_t ic = blk * j->mc;
+                    int64_t nmt = up(j->m - ic < j->mc ? j->m - ic : j->mc, 32) / 16;
+                    bool last = blk + 1 == b_hi;
+                    int64_t nb = last ? b_lo : blk + 1, np = last ? pc / KC + 1 : pc / KC;
+                    if (j->whole) ap = ap_all + (size_t)(blk * npc + pc / KC) * SLOT;
+                    if (!j->whole || jc == 0) pack_a_block(j, ic, pc, nmt, nkt, ap);
+                    ahead h = {0};
+                    if (!j->whole || jc == 0)
+                        h = ahead_of(j, nb * j->mc, np * KC);
+                    else if (np < npc)
+                        h = (ahead){(const char *)(ap_all + (size_t)(nb * npc + np) * SLOT), 0, 1,
+                                    SLOT * (int64_t)sizeof(uint16_t) / 64, 0};
+                    int64_t calls = (ntn / 2) * (nmt / 2) * nkt, each = (h.rows * h.per + calls - 1) / calls;
                     for (int64_t jt = 0; jt < ntn; jt += 2)
                         for (int64_t mt = 0; mt < nmt; mt += 2) {
                             int64_t i0 = ic + 16 * mt, j0 = jc + 16 * jt;
                             c_start(j, i0, j0, pc == 0, scratch);
                             const uint16_t *a0 = ap + mt * nkt * PIECES * TILE;
                             const uint16_t *b0 = bp + jt * nkt * PIECES * TILE;
-                            kernel(a0, a0 + nkt * PIECES * TILE, b0, b0 + nkt * PIECES * TILE, (int)nkt);
+                            kernel(a0, a0 + nkt * PIECES * TILE, b0, b0 + nkt * PIECES * TILE, (int)nkt, &h, each);
                             c_store(j, i0, j0, pc == 0, scratch);
                         }
                 }
@@ -417,14 +467,17 @@ bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float al
 {
     if (m < 1 || n < 1 || k < 1 || !nb_cpu_amx()) return false;
     amx_job j = {.m = m, .n = n, .k = k, .a = {a, lda, ta == 'T'}, .b = {b, ldb, tb == 'T'},
-                 .alpha = alpha, .c = c, .ldc = ldc, .bias = bias};
-    int64_t nblocks = (m + MC - 1) / MC;
+                 .alpha = alpha, .c = c, .ldc = ldc, .bias = bias, .mc = ta == 'T' ? 64 : 32};
+    int64_t nblocks = (m + j.mc - 1) / j.mc;
     int nt = nb_cpu_threads_for(m * n * k, 1 << 20);
     if (nt > nblocks) nt = (int)nblocks;
     if (nt < 1) nt = 1;
     int64_t ntn = up(n < NC ? n : NC, 32) / 16, nkt = up(k < KC ? k : KC, TK) / TK;
     size_t bbytes = (size_t)(ntn * nkt) * PIECES * TILE * sizeof(uint16_t);
-    size_t abytes = (size_t)nt * (MC / 16) * (KC / TK) * PIECES * TILE * sizeof(uint16_t);
+    /* more than one column block: A packed once (M x K x 3 pieces) rather than once a block */
+    size_t wbytes = (size_t)nblocks * (size_t)((k + KC - 1) / KC) * SLOT * sizeof(uint16_t);
+    j.whole = n > NC && wbytes <= WHOLE_A_MAX;
+    size_t abytes = j.whole ? wbytes : (size_t)nt * SLOT * sizeof(uint16_t);
     uint16_t *bp = nb_cpu_alloc(bbytes), *ap = bp ? nb_cpu_alloc(abytes) : NULL;
     if (!ap) {
         if (bp) nb_cpu_free(bp, bbytes);
