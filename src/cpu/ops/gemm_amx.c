@@ -20,10 +20,17 @@
  *
  * How (the GotoBLAS loops): for each block of NC columns and KC of the inner dimension, the
  * threads convert B's block into tiles (three bfloat16 pieces in the VNNI layout the B operand
- * takes, pairs of k side by side) and each thread then takes its share of blocks of MC rows,
+ * takes, pairs of k side by side) and each thread then takes its share of blocks of mc rows,
  * converting each block of A into its three pieces (16 rows x 32 k per tile) and running the
  * 32 x 32 kernel over the block: four tiles of C, two of A, two of B, and 24 TDPBF16PS per 32
- * k's. The block of B stays in L2, A's in L1 and L2. Edges are padded with zeros in the
+ * k's. The block of B stays in L2, A's in L2. While the kernel runs, it brings the stored lines
+ * of the thread's next block of A into L2 (a 4096 x 10000 A, packed without that, took longer
+ * than its products). With more than one block of columns, each block of A is packed once, at
+ * the first, and kept (M x K x 3 bfloat16s). KC = 512 rather than 256: the kernel's time
+ * between its C tile stores doubles, and C is read and added to half as often; on the DLBench
+ * LSTM's decoder products the two and the prefetch took 4096x256x10000 NN from 165 to 91 ms at
+ * one thread, 4096x10000x256 NT from 89 to 85 and 10000x256x4096 TN from 116 to 101 (below
+ * OpenBLAS's 145, 125 and 142). Edges are padded with zeros in the
  * packed pieces; C's edge blocks go through a 32 x 32 scratch. alpha scales A as it is packed.
  * Each K block's sums start from zero (the first from the bias row, loaded with a stride of 0)
  * and are added to C.
