@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "nbtest.h"
 #include "cpu/blas_impl.h"
 
@@ -157,6 +159,48 @@ static void test_special_values(void **state)
     free(a), free(b), free(c);
 }
 
+/* B packed once (the LSTM's W_hh across a run's steps) gives the bits of the product that packs B
+ * at each call (checked against float64 above): alone, and from inside an OpenMP region, each
+ * thread its own rows on that thread. A B holding a NaN is not packed; an A holding an infinity
+ * is not run. */
+static void test_packed(void **state)
+{
+    (void)state;
+    const int64_t shapes[][3] = {{128, 1024, 256}, {128, 256, 1024}, {70, 600, 1100}, {5, 40, 33}};
+    unsigned seed = 11;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tr = 0; tr < 4; tr++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            char ta = tr & 1 ? 'T' : 'N', tb = tr & 2 ? 'T' : 'N';
+            int64_t lda = ta == 'T' ? m : k, ldb = tb == 'T' ? k : n;
+            float *a = filled(m * k, &seed, 1e-3f), *b = filled(k * n, &seed, 1e3f), *bias = filled(n, &seed, 1.0f);
+            float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
+            float *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
+            assert_true(nb_cpu_gemm_amx(ta, tb, m, n, k, -0.75f, a, lda, b, ldb, c1, n, bias));
+            nb_cpu_amx_b *pb = nb_cpu_amx_pack_b(tb, n, k, b, ldb);
+            assert_non_null(pb);
+            memset(c2, 0, (size_t)(m * n) * sizeof(float));
+            assert_true(nb_cpu_gemm_amx_packed(ta, m, -0.75f, a, lda, pb, c2, n, bias));
+            assert_memory_equal(c1, c2, (size_t)(m * n) * sizeof(float));
+            memset(c2, 0, (size_t)(m * n) * sizeof(float));
+            int ok = 1;
+#pragma omp parallel num_threads(2) reduction(& : ok)
+            {
+                int64_t t = omp_get_thread_num(), r0 = m * t / 2, r1 = m * (t + 1) / 2;
+                const float *at0 = ta == 'T' ? a + r0 : a + r0 * lda;
+                if (r1 > r0) ok &= nb_cpu_gemm_amx_packed(ta, r1 - r0, -0.75f, at0, lda, pb, c2 + r0 * n, n, bias);
+            }
+            assert_true(ok);
+            assert_memory_equal(c1, c2, (size_t)(m * n) * sizeof(float));
+            a[2] = INFINITY;
+            assert_false(nb_cpu_gemm_amx_packed(ta, m, -0.75f, a, lda, pb, c2, n, bias));
+            nb_cpu_amx_b_free(pb);
+            b[3] = NAN;
+            assert_null(nb_cpu_amx_pack_b(tb, n, k, b, ldb));
+            free(a), free(b), free(bias), free(c1), free(c2);
+        }
+}
+
 int main(void)
 {
     if (!nb_cpu_amx()) {
@@ -167,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_threads_same_bits),
         cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_packed),
     };
     return NBT_RUN(tests);
 }

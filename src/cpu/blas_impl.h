@@ -68,5 +68,14 @@ void nb_cpu_amx_set_enabled(bool on);
  * caller runs the product another way. */
 bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float *c, int64_t ldc, const float *bias);
+/* B packed once for many AMX products with it (the LSTM's W_hh across a run's steps): op(B) [k, n].
+ * NULL where the product does not run here, memory is short or B holds an infinity or a NaN. */
+typedef struct nb_cpu_amx_b nb_cpu_amx_b;
+nb_cpu_amx_b *nb_cpu_amx_pack_b(char tb, int64_t n, int64_t k, const float *b, int64_t ldb);
+void nb_cpu_amx_b_free(nb_cpu_amx_b *p);
+/* C [m, n] = alpha op(A) B (+ bias), as nb_cpu_gemm_amx, with B packed; inside an OpenMP region
+ * on the calling thread alone. false: not run (as nb_cpu_gemm_amx; C may have been written). */
+bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int64_t lda, const nb_cpu_amx_b *b,
+                            float *c, int64_t ldc, const float *bias);
 
 #endif

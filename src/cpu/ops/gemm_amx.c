@@ -403,8 +403,31 @@ static ahead ahead_of(const amx_job *j, int64_t ic, int64_t pc)
     return h;
 }
 
-/* Whether any input was an infinity or a NaN. ap_all: a block of A per thread, or all of A. */
-static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
+/* Tile q of B's block of columns from jc and k from pc (ntn column tiles, nkt k tiles) into bp,
+ * the block's tiles as [16-column tile][k tile][piece]. q runs along B's rows as they are stored:
+ * stored [K, N], the tiles of a k tile side by side; stored [N, K], a column tile's k tiles one
+ * after another. */
+static AMX void pack_b_at(const amx_job *j, int64_t jc, int64_t pc, int64_t ntn, int64_t nkt, int64_t q, uint16_t *bp)
+{
+    int64_t kt = j->b.trans ? q % nkt : q / ntn, nt16 = j->b.trans ? q / nkt : q % ntn;
+    int64_t c0 = jc + 16 * nt16;
+    uint16_t *dst = bp + (nt16 * nkt + kt) * PIECES * TILE;
+    if (c0 >= j->n)
+        memset(dst, 0, PIECES * TILE * sizeof(uint16_t));
+    else
+        pack_b_tile(j->b, j->n, j->k, pc + TK * kt, c0, dst);
+}
+
+/* Where B's block (jc, pc) starts in a B packed whole: the column blocks one after another, each
+ * its k blocks one after another. */
+static int64_t whole_b_at(int64_t k, int64_t jc, int64_t pc, int64_t ntn)
+{
+    return ((jc / 16) * (up(k, TK) / TK) + ntn * (pc / TK)) * PIECES * TILE;
+}
+
+/* Whether any input was an infinity or a NaN. ap_all: a block of A per thread, or all of A; bp:
+ * a block of B, packed here, or (bwhole) all of B, packed before. */
+static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all, bool bwhole)
 {
     atomic_int nonfinite = 0;
 #pragma omp parallel num_threads(nt)
@@ -418,18 +441,11 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
             int64_t ntn = up(j->n - jc < NC ? j->n - jc : NC, 32) / 16; /* 16-column tiles, even */
             for (int64_t pc = 0; pc < j->k; pc += KC) {
                 int64_t nkt = up(j->k - pc < KC ? j->k - pc : KC, TK) / TK;
-                /* B's block, [16-column tile][k tile][piece], by all threads */
+                /* B's block, by all threads (the loop's end is their barrier) */
+                const uint16_t *bb = bwhole ? bp + whole_b_at(j->k, jc, pc, ntn) : bp;
+                if (!bwhole) {
 #pragma omp for schedule(static)
-                for (int64_t q = 0; q < ntn * nkt; q++) {
-                    /* stored [K, N]: the tiles of a k tile side by side, to read along B's rows;
-                     * stored [N, K]: a column tile's k tiles one after another, for the same */
-                    int64_t kt = j->b.trans ? q % nkt : q / ntn, nt16 = j->b.trans ? q / nkt : q % ntn;
-                    int64_t c0 = jc + 16 * nt16;
-                    uint16_t *dst = bp + (nt16 * nkt + kt) * PIECES * TILE;
-                    if (c0 >= j->n)
-                        memset(dst, 0, PIECES * TILE * sizeof(uint16_t));
-                    else
-                        pack_b_tile(j->b, j->n, j->k, pc + TK * kt, c0, dst);
+                    for (int64_t q = 0; q < ntn * nkt; q++) pack_b_at(j, jc, pc, ntn, nkt, q, bp);
                 }
                 /* the blocks of rows, split among the threads; the next block of A fetched
                  * during this one's kernels: the thread's next block of rows, else its first at
@@ -455,7 +471,7 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all)
                             int64_t i0 = ic + 16 * mt, j0 = jc + 16 * jt;
                             c_start(j, i0, j0, pc == 0, scratch);
                             const uint16_t *a0 = ap + mt * nkt * PIECES * TILE;
-                            const uint16_t *b0 = bp + jt * nkt * PIECES * TILE;
+                            const uint16_t *b0 = bb + jt * nkt * PIECES * TILE;
                             kernel(a0, a0 + nkt * PIECES * TILE, b0, b0 + nkt * PIECES * TILE, (int)nkt, &h, each);
                             c_store(j, i0, j0, pc == 0, scratch);
                         }
@@ -490,9 +506,77 @@ bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float al
         if (bp) nb_cpu_free(bp, bbytes);
         return false;
     }
-    bool nonfinite = run(&j, nt, bp, ap);
+    bool nonfinite = run(&j, nt, bp, ap, false);
     nb_cpu_free(ap, abytes);
     nb_cpu_free(bp, bbytes);
+    return !nonfinite;
+}
+
+struct nb_cpu_amx_b {
+    int64_t n, k;
+    size_t bytes;
+    uint16_t *tiles; /* B's blocks as run() takes them, packed whole */
+};
+
+nb_cpu_amx_b *nb_cpu_amx_pack_b(char tb, int64_t n, int64_t k, const float *b, int64_t ldb)
+{
+    if (n < 1 || k < 1 || !nb_cpu_amx()) return NULL;
+    nb_cpu_amx_b *p = nb_cpu_alloc(sizeof *p);
+    if (!p) return NULL;
+    int64_t cols = (n / NC) * NC + up(n % NC, 32); /* each column block's tiles, an even count */
+    p->n = n, p->k = k, p->bytes = (size_t)(cols / 16) * (size_t)(up(k, TK) / TK) * PIECES * TILE * sizeof(uint16_t);
+    p->tiles = nb_cpu_alloc(p->bytes);
+    if (!p->tiles) {
+        nb_cpu_free(p, sizeof *p);
+        return NULL;
+    }
+    amx_job j = {.n = n, .k = k, .b = {b, ldb, tb == 'T'}};
+    int nt = nb_cpu_threads_for(n * k, 1 << 16);
+    int nonfinite = 0;
+    for (int64_t jc = 0; jc < n; jc += NC) {
+        int64_t ntn = up(n - jc < NC ? n - jc : NC, 32) / 16;
+        for (int64_t pc = 0; pc < k; pc += KC) {
+            int64_t nkt = up(k - pc < KC ? k - pc : KC, TK) / TK;
+            uint16_t *dst = p->tiles + whole_b_at(k, jc, pc, ntn);
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : nonfinite)
+            for (int64_t q = 0; q < ntn * nkt; q++) {
+                tl_nonfinite = 0;
+                pack_b_at(&j, jc, pc, ntn, nkt, q, dst);
+                nonfinite |= tl_nonfinite != 0;
+            }
+        }
+    }
+    if (nonfinite) {
+        nb_cpu_amx_b_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void nb_cpu_amx_b_free(nb_cpu_amx_b *p)
+{
+    if (!p) return;
+    nb_cpu_free(p->tiles, p->bytes);
+    nb_cpu_free(p, sizeof *p);
+}
+
+bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int64_t lda, const nb_cpu_amx_b *b,
+                            float *c, int64_t ldc, const float *bias)
+{
+    if (m < 1 || !b || !nb_cpu_amx()) return false;
+    amx_job j = {.m = m, .n = b->n, .k = b->k, .a = {a, lda, ta == 'T'}, .alpha = alpha, .c = c, .ldc = ldc,
+                 .bias = bias, .mc = ta == 'T' ? 64 : 32};
+    int64_t nblocks = (m + j.mc - 1) / j.mc;
+    int nt = omp_in_parallel() ? 1 : nb_cpu_threads_for(m * j.n * j.k, 1 << 20);
+    if (nt > nblocks) nt = (int)nblocks;
+    if (nt < 1) nt = 1;
+    size_t wbytes = (size_t)nblocks * (size_t)((j.k + KC - 1) / KC) * SLOT * sizeof(uint16_t);
+    j.whole = j.n > NC && wbytes <= WHOLE_A_MAX;
+    size_t abytes = j.whole ? wbytes : (size_t)nt * SLOT * sizeof(uint16_t);
+    uint16_t *ap = nb_cpu_alloc(abytes);
+    if (!ap) return false;
+    bool nonfinite = run(&j, nt, b->tiles, ap, true);
+    nb_cpu_free(ap, abytes);
     return !nonfinite;
 }
 
@@ -509,6 +593,21 @@ bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float al
 {
     (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
     (void)c, (void)ldc, (void)bias;
+    return false;
+}
+
+nb_cpu_amx_b *nb_cpu_amx_pack_b(char tb, int64_t n, int64_t k, const float *b, int64_t ldb)
+{
+    (void)tb, (void)n, (void)k, (void)b, (void)ldb;
+    return NULL;
+}
+
+void nb_cpu_amx_b_free(nb_cpu_amx_b *p) { (void)p; }
+
+bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int64_t lda, const nb_cpu_amx_b *b,
+                            float *c, int64_t ldc, const float *bias)
+{
+    (void)ta, (void)m, (void)alpha, (void)a, (void)lda, (void)b, (void)c, (void)ldc, (void)bias;
     return false;
 }
 

@@ -50,6 +50,7 @@ typedef struct cell_ptrs {
     const char *xp, *g;        /* xp[t] (forward) or gY (backward) */
     char *act, *y, *out, *dhc; /* act[t], Y, dgates[t], dhc */
     const char *w;             /* W_hh^T (forward) or W_hh (backward) for the step's product, or NULL */
+    const nb_cpu_amx_b *wp;    /* w packed for the AMX product (float32, a run of steps), or NULL */
     int64_t t, T;
     bool flag;
 } cell_ptrs;
@@ -241,6 +242,9 @@ static int step_product(const cell_ptrs *p, nb_dtype dt, bool fwd, int64_t b0, i
                     (int)k, (const double *)p->w, (int)n, 0.0, (double *)c, (int)n);
         return 0;
     }
+    /* the same W_hh in every step: on AMX, packed once for the run (the tuner's AMX way packs B
+     * at each call, which cost as much as the step's products) */
+    if (p->wp && nb_cpu_gemm_amx_packed('N', m, 1.0f, (const float *)x, k, p->wp, (float *)c, n, NULL)) return 0;
     if (tuned) /* outside a region: the gemm kernel's way for the shape, on all the threads */
         return nb_cpu_sgemm('N', 'N', m, n, k, 1.0f, (const float *)x, k, (const float *)p->w, n, 0.0f, (float *)c,
                             n) != dnnl_success;
@@ -386,6 +390,10 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     int nt = nb_cpu_threads_for(B * H, 1 << 13), failed = 0;
     nb_cpu_colsums cs = {0};
     if (bsum) NB_TRY(nb_cpu_colsums_init(&cs, nt, 4 * H, dt == NB_FLOAT32, nb__op_name(op)));
+    nb_cpu_amx_b *wp = NULL; /* NULL (no AMX, B not finite, memory): the sgemm as before */
+    if (dt == NB_FLOAT32 && base.w && a->i1 > 1)
+        wp = nb_cpu_amx_pack_b('N', fwd ? 4 * H : H, fwd ? H : 4 * H, (const float *)base.w, fwd ? 4 * H : H);
+    base.wp = wp;
     if (nt == 1) { /* no region to share: each product as the BMM kernel would make it */
         failed = run_rows(&base, a, fwd, fn, 0, B, true, cs.d, cs.f);
     } else {
@@ -398,6 +406,7 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
                                cs.f ? cs.f + id * (size_t)(4 * H) : NULL);
         }
     }
+    nb_cpu_amx_b_free(wp);
     if (bsum) nb_cpu_colsums_finish(&cs, nb__data(bsum), dt == NB_FLOAT32);
     if (failed) return nb__err(NB_ERR_INTERNAL, "%s: the step's product failed in oneDNN's sgemm", nb__op_name(op));
     return NB_OK;
