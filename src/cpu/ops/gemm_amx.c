@@ -18,7 +18,7 @@
  * beta is 0). What AMX flushes: inputs and products below float32's smallest normal (2^-126),
  * as the denormals-are-zero mode does.
  *
- * How (the GotoBLAS loops): for each block of NC columns and KC of the inner dimension, the
+ * How (the GotoBLAS loops): for each block of nc columns and KC of the inner dimension, the
  * threads convert B's block into tiles (three bfloat16 pieces in the VNNI layout the B operand
  * takes, pairs of k side by side) and each thread then takes its share of blocks of mc rows,
  * converting each block of A into its three pieces (16 rows x 32 k per tile) and running the
@@ -60,7 +60,7 @@
 #define TILE 512      /* bfloat16s per tile: 16 rows of 32 */
 #define PIECES 3      /* x0, x1, x2 */
 #define KC 512        /* k per block: 16 tiles' worth */
-#define NC 512        /* columns per block of B: KC x NC x 3 pieces x 2 bytes = 1.5 MB, in L2 */
+#define B_BLOCK (384 * 512 * 6) /* bytes of a block of B: 1.2 MB, in L2 beside A's (nc_for) */
 #define MC 64         /* rows per block of A, at most: 64 x 512 x 3 x 2 = 192 KB */
 #define SLOT ((MC / 16) * (KC / TK) * PIECES * TILE) /* bfloat16s of one packed block of A */
 #define WHOLE_A_MAX ((size_t)64 << 20) /* bytes: A packed once for all column blocks up to this */
@@ -250,6 +250,7 @@ typedef struct {
     int64_t ldc;
     const float *bias;
     int64_t mc;  /* rows per block of A: 64 where A is stored [K, M] (longer runs to read), else 32 */
+    int64_t nc;  /* columns per block of B: nc_for(k) */
     bool whole;  /* A is packed once, by blocks of mc x KC, and kept for all column blocks */
 } amx_job;
 
@@ -372,6 +373,16 @@ static AMX void kernel(const uint16_t *a0, const uint16_t *a1, const uint16_t *b
 
 static int64_t up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+/* Columns per block of B: B_BLOCK's worth at the block's k (384 from K = 512 up, 768 at K = 256),
+ * a multiple of 32. A larger block, 512 x 512, left the kernel's loads waiting on L2 misses
+ * (NT 1024x4096x2048 79 ms against 70 at 384); a smaller one where K is short means more passes
+ * over A (NT 4096x10000x256 157 ms at 256 columns against 94 at 512). */
+static int64_t nc_for(int64_t k)
+{
+    int64_t kc = up(k < KC ? k : KC, TK), nc = B_BLOCK / (kc * PIECES * 2) / 32 * 32;
+    return nc < 128 ? 128 : nc > 2048 ? 2048 : nc;
+}
+
 /* A's block of up to mc rows from ic, k from pc (nkt tiles), into ap as [16-row tile][k tile]
  * [piece]; a whole tile past the rows is zeros. */
 static AMX void pack_a_block(const amx_job *j, int64_t ic, int64_t pc, int64_t nmt, int64_t nkt, uint16_t *ap)
@@ -437,8 +448,8 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all, bo
         uint16_t *ap = j->whole ? ap_all : ap_all + (size_t)t * SLOT;
         float scratch[32 * 32];
         tiles_on();
-        for (int64_t jc = 0; jc < j->n; jc += NC) {
-            int64_t ntn = up(j->n - jc < NC ? j->n - jc : NC, 32) / 16; /* 16-column tiles, even */
+        for (int64_t jc = 0; jc < j->n; jc += j->nc) {
+            int64_t ntn = up(j->n - jc < j->nc ? j->n - jc : j->nc, 32) / 16; /* 16-column tiles, even */
             for (int64_t pc = 0; pc < j->k; pc += KC) {
                 int64_t nkt = up(j->k - pc < KC ? j->k - pc : KC, TK) / TK;
                 /* B's block, by all threads (the loop's end is their barrier) */
@@ -490,16 +501,16 @@ bool nb_cpu_gemm_amx(char ta, char tb, int64_t m, int64_t n, int64_t k, float al
 {
     if (m < 1 || n < 1 || k < 1 || !nb_cpu_amx()) return false;
     amx_job j = {.m = m, .n = n, .k = k, .a = {a, lda, ta == 'T'}, .b = {b, ldb, tb == 'T'},
-                 .alpha = alpha, .c = c, .ldc = ldc, .bias = bias, .mc = ta == 'T' ? 64 : 32};
+                 .alpha = alpha, .c = c, .ldc = ldc, .bias = bias, .mc = ta == 'T' ? 64 : 32, .nc = nc_for(k)};
     int64_t nblocks = (m + j.mc - 1) / j.mc;
     int nt = nb_cpu_threads_for(m * n * k, 1 << 20);
     if (nt > nblocks) nt = (int)nblocks;
     if (nt < 1) nt = 1;
-    int64_t ntn = up(n < NC ? n : NC, 32) / 16, nkt = up(k < KC ? k : KC, TK) / TK;
+    int64_t ntn = up(n < j.nc ? n : j.nc, 32) / 16, nkt = up(k < KC ? k : KC, TK) / TK;
     size_t bbytes = (size_t)(ntn * nkt) * PIECES * TILE * sizeof(uint16_t);
     /* more than one column block: A packed once (M x K x 3 pieces) rather than once a block */
     size_t wbytes = (size_t)nblocks * (size_t)((k + KC - 1) / KC) * SLOT * sizeof(uint16_t);
-    j.whole = n > NC && wbytes <= WHOLE_A_MAX;
+    j.whole = n > j.nc && wbytes <= WHOLE_A_MAX;
     size_t abytes = j.whole ? wbytes : (size_t)nt * SLOT * sizeof(uint16_t);
     uint16_t *bp = nb_cpu_alloc(bbytes), *ap = bp ? nb_cpu_alloc(abytes) : NULL;
     if (!ap) {
@@ -523,18 +534,18 @@ nb_cpu_amx_b *nb_cpu_amx_pack_b(char tb, int64_t n, int64_t k, const float *b, i
     if (n < 1 || k < 1 || !nb_cpu_amx()) return NULL;
     nb_cpu_amx_b *p = nb_cpu_alloc(sizeof *p);
     if (!p) return NULL;
-    int64_t cols = (n / NC) * NC + up(n % NC, 32); /* each column block's tiles, an even count */
+    int64_t nc = nc_for(k), cols = (n / nc) * nc + up(n % nc, 32); /* each block's tiles, an even count */
     p->n = n, p->k = k, p->bytes = (size_t)(cols / 16) * (size_t)(up(k, TK) / TK) * PIECES * TILE * sizeof(uint16_t);
     p->tiles = nb_cpu_alloc(p->bytes);
     if (!p->tiles) {
         nb_cpu_free(p, sizeof *p);
         return NULL;
     }
-    amx_job j = {.n = n, .k = k, .b = {b, ldb, tb == 'T'}};
+    amx_job j = {.n = n, .k = k, .b = {b, ldb, tb == 'T'}, .nc = nc};
     int nt = nb_cpu_threads_for(n * k, 1 << 16);
     int nonfinite = 0;
-    for (int64_t jc = 0; jc < n; jc += NC) {
-        int64_t ntn = up(n - jc < NC ? n - jc : NC, 32) / 16;
+    for (int64_t jc = 0; jc < n; jc += nc) {
+        int64_t ntn = up(n - jc < nc ? n - jc : nc, 32) / 16;
         for (int64_t pc = 0; pc < k; pc += KC) {
             int64_t nkt = up(k - pc < KC ? k - pc : KC, TK) / TK;
             uint16_t *dst = p->tiles + whole_b_at(k, jc, pc, ntn);
@@ -565,13 +576,13 @@ bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int
 {
     if (m < 1 || !b || !nb_cpu_amx()) return false;
     amx_job j = {.m = m, .n = b->n, .k = b->k, .a = {a, lda, ta == 'T'}, .alpha = alpha, .c = c, .ldc = ldc,
-                 .bias = bias, .mc = ta == 'T' ? 64 : 32};
+                 .bias = bias, .mc = ta == 'T' ? 64 : 32, .nc = nc_for(b->k)};
     int64_t nblocks = (m + j.mc - 1) / j.mc;
     int nt = omp_in_parallel() ? 1 : nb_cpu_threads_for(m * j.n * j.k, 1 << 20);
     if (nt > nblocks) nt = (int)nblocks;
     if (nt < 1) nt = 1;
     size_t wbytes = (size_t)nblocks * (size_t)((j.k + KC - 1) / KC) * SLOT * sizeof(uint16_t);
-    j.whole = j.n > NC && wbytes <= WHOLE_A_MAX;
+    j.whole = j.n > j.nc && wbytes <= WHOLE_A_MAX;
     size_t abytes = j.whole ? wbytes : (size_t)nt * SLOT * sizeof(uint16_t);
     uint16_t *ap = nb_cpu_alloc(abytes);
     if (!ap) return false;
