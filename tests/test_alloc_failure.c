@@ -4,7 +4,8 @@
  * clipping, SGD with momentum) is run once for each of its tensor allocations, that allocation
  * made to fail (nb__cpu_alloc_fail_after). Each run must return the out-of-memory error with its
  * message, crash nothing and leak nothing (the sanitizer run's leak check), and a step run
- * afterwards without the failure must succeed. */
+ * afterwards without the failure must succeed. A few allocations are a faster way's scratch (the
+ * AMX product's packed operands): where one fails, the op runs another way and the step succeeds. */
 #include <stdio.h>
 #include <string.h>
 
@@ -80,7 +81,7 @@ static nb_status step(rig *r)
 
 static void every_allocation_fails_once(bool lm)
 {
-    int64_t k = 0;
+    int64_t k = 0, other_way = 0;
     for (;; k++) {
         rig r;
         rig_make(&r, lm);
@@ -88,18 +89,22 @@ static void every_allocation_fails_once(bool lm)
         nb_clear_error();
         nb__cpu_alloc_fail_after(k);
         nb_status st = step(&r);
-        nb__cpu_alloc_fail_after(-1);
-        if (st == NB_OK) { /* k is past the step's last allocation */
+        bool failed = nb__cpu_alloc_fail_after(-1) < 0;
+        if (!failed) { /* k is past the step's last allocation */
+            assert_int_equal(st, NB_OK);
             rig_free(&r);
             break;
         }
-        if (st != NB_ERR_OOM || !strstr(nb_last_error(), "out of host memory"))
+        if (st == NB_OK)
+            other_way++;
+        else if (st != NB_ERR_OOM || !strstr(nb_last_error(), "out of host memory"))
             fail_msg("allocation %lld failed: status %d, message '%s'", (long long)k, (int)st, nb_last_error());
         /* what the failed step left behind still trains */
         if (step(&r) != NB_OK) fail_msg("allocation %lld: the next step failed: %s", (long long)k, nb_last_error());
         rig_free(&r);
     }
-    print_message("%s: a training step's %lld allocations each failed once\n", lm ? "LSTM LM" : "CNN", (long long)k);
+    print_message("%s: a training step's %lld allocations each failed once (%lld with another way)\n",
+                  lm ? "LSTM LM" : "CNN", (long long)k, (long long)other_way);
     assert_true(k > 30);
 }
 

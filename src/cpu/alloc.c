@@ -59,7 +59,12 @@ static void *sys_alloc(size_t n)
 
 static _Thread_local int64_t tl_fail_after = -1;
 
-void nb__cpu_alloc_fail_after(int64_t n) { tl_fail_after = n < 0 ? -1 : n; }
+int64_t nb__cpu_alloc_fail_after(int64_t n)
+{
+    int64_t was = tl_fail_after;
+    tl_fail_after = n < 0 ? -1 : n;
+    return was;
+}
 
 void *nb_cpu_alloc(size_t nbytes)
 {

@@ -85,8 +85,9 @@ void nb_cpu_transpose(size_t es, const void *in, int64_t ldi, void *out, int64_t
 void *nb_cpu_alloc(size_t nbytes);
 void nb_cpu_free(void *p, size_t nbytes);
 /* For tests: the n-th next nb_cpu_alloc on the calling thread (0: the very next) fails as if the
- * host were out of memory; -1 (the default) turns the injection off. */
-void nb__cpu_alloc_fail_after(int64_t n);
+ * host were out of memory; -1 (the default) turns the injection off. Returns the count it
+ * replaces: -1 once the failure it set has happened (or none was set). */
+int64_t nb__cpu_alloc_fail_after(int64_t n);
 
 /* The families' kernels (ops.def's third column), one file each in src/cpu/ops/. */
 nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a);

@@ -24,7 +24,8 @@
  * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
  * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
  * the batch are split across threads, one per 2^13 cells of a step; with the product, each thread
- * multiplies its own rows (one sgemm on one thread each) before or after their cells, and takes
+ * multiplies its own rows (one sgemm on one thread each; on AMX, float32 runs of steps use W_hh
+ * packed once for the run, nb_cpu_amx_pack_b) before or after their cells, and takes
  * them through every step of a run (i1) in one OpenMP region: a row's step reads only that row's
  * state, so the threads need no barrier between steps. On the Intel Xeon with 2 threads and
  * OMP_WAIT_POLICY=PASSIVE the second thread sleeps between regions, and waking it cost as much as
