@@ -45,6 +45,7 @@
 #include "cpu/cpu_impl.h"
 
 #if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
@@ -71,14 +72,25 @@
 static atomic_int g_state = -1; /* -1 unknown, 0 off, 1 on */
 static _Thread_local unsigned tl_nonfinite; /* split3 met an infinity or a NaN on this thread */
 
+/* AMX-TILE and AMX-BF16. libgcc knows their names (GCC 11 on); clang's builtin before clang 16
+ * does not (scripts/fuzz.sh builds with Debian's clang 14), so there they are CPUID leaf 7's EDX
+ * bits 24 and 22. */
+static bool cpu_has_amx(void)
+{
+#if defined(__clang__) && __clang_major__ < 16
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 22 & 1);
+#else
+    return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+#endif
+}
+
 static bool amx_probe(void)
 {
     const char *e = getenv("NABLA_AMX");
     if ((e && e[0] == '0') || !nb_cpu_avx512()) return false;
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
-        return false;
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") || !cpu_has_amx()) return false;
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
@@ -112,6 +124,9 @@ static const tilecfg k_tiles = {.palette = 1,
                                 .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 
 static AMX void tiles_on(void) { _tile_loadconfig(&k_tiles); }
+/* A function of its own, as tiles_on: clang does not give an OpenMP region's body its function's
+ * target attribute, and clang 14 cannot emit the instruction there. */
+static AMX void tiles_off(void) { _tile_release(); }
 
 /* The three bfloat16 pieces of 16 floats v, each as 16 bits in the low half of 32-bit lanes. */
 static AMX inline void split3(__m512 v, __m512i out[PIECES])
@@ -490,7 +505,7 @@ static AMX bool run(const amx_job *j, int nt, uint16_t *bp, uint16_t *ap_all, bo
 #pragma omp barrier
             }
         }
-        _tile_release();
+        tiles_off();
         if (tl_nonfinite) atomic_store(&nonfinite, 1);
     }
     return atomic_load(&nonfinite) != 0;
