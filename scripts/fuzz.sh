@@ -2,11 +2,12 @@
 # Fuzzes nabla's file readers with libFuzzer, under AddressSanitizer and UndefinedBehaviorSanitizer:
 # safetensors checkpoints (and the module, optimizer and scheduler loading them), PyTorch's
 # checkpoints (torch.save's zip archive and pickle), the JSON parser under safetensors' headers,
-# IDX files (plain and gzipped) and CIFAR-10 batches. See tests/fuzz/.
+# IDX files (plain and gzipped), CIFAR-10 batches and word-level text corpora (Penn Treebank's).
+# See tests/fuzz/.
 #
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [target ...]
 #
-# Targets: safetensors torchfile json idx cifar (default: all), each run for N seconds (default
+# Targets: safetensors torchfile json idx cifar words (default: all), each run for N seconds (default
 # 60). Builds build-fuzz/ with clang. Corpora grow in build-fuzz/corpus/<target>/, seeded with
 # valid files; first every input in tests/fuzz/regress/<target>/ is replayed (the inputs that once
 # failed; each also has a test in the regular suite). A failing input is written to
@@ -22,12 +23,12 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    safetensors|torchfile|json|idx|cifar) targets+=("$1"); shift ;;
-    *) echo "fuzz.sh: unknown argument '$1' (targets: safetensors torchfile json idx cifar)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    safetensors|torchfile|json|idx|cifar|words) targets+=("$1"); shift ;;
+    *) echo "fuzz.sh: unknown argument '$1' (targets: safetensors torchfile json idx cifar words)" >&2; exit 2 ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors torchfile json idx cifar)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors torchfile json idx cifar words)
 
 command -v clang >/dev/null || { echo "fuzz.sh: clang is needed (Debian: apt-get install clang libomp-dev)" >&2; exit 2; }
 dir=build-fuzz
@@ -65,6 +66,9 @@ seed() {
       printf '\x01\x00\x00\x0d\x01\x00\x00\x00\x02\x3f\x80\x00\x00\x40\x00\x00\x00' > "$c/f32-gz.idx" ;;
     cifar)
       { printf '\x07'; head -c 3072 /dev/zero | tr '\0' '\x80'; printf '\x02'; head -c 3072 /dev/zero; } > "$c/two.bin" ;;
+    words)
+      printf ' aer banknote berlitz calloway\n pierre <unk> N years old will join the board\n' > "$c/ptb.txt"
+      printf 'a\tb\r\nc\rd\v\xc2\xa0e\xe2\x80\xa8f\xe3\x80\x80' > "$c/spaces.txt" ;;
   esac
 }
 

@@ -1,4 +1,5 @@
-/* nabla/data.h: dataset readers (IDX for MNIST/Fashion-MNIST, CIFAR-10 binary), datasets and a
+/* nabla/data.h: dataset readers (IDX for MNIST/Fashion-MNIST, CIFAR-10 binary, word-level text
+ * corpora such as Penn Treebank, with language-model batches), datasets and a
  * data loader with batching, seeded shuffling, normalisation, augmentation and background
  * prefetching.
  *
@@ -32,6 +33,60 @@ NB_API nb_tensor *nb_read_idx(const char *path);
  * 1024 green, 1024 blue, row-major 32x32). *images: uint8 [N, 3, 32, 32]; *labels: int64 [N].
  * Errors: NB_ERR_IO, NB_ERR_FORMAT (empty, size not a multiple of 3073, label above 9). */
 NB_API nb_status nb_read_cifar10(const char *path, nb_tensor **images, nb_tensor **labels);
+
+/* ---- text corpora -------------------------------------------------------------------------- */
+
+/* A vocabulary: words (non-empty byte strings without NUL) numbered 0, 1, 2, ... in the order
+ * they were added. */
+typedef struct nb_vocab nb_vocab;
+
+/* An empty vocabulary; NULL (NB_ERR_OOM) when memory is short. */
+NB_API nb_vocab *nb_vocab_create(void);
+NB_API void nb_vocab_free(nb_vocab *v);
+NB_API int64_t nb_vocab_size(const nb_vocab *v);
+/* The id of word, added as the next id when it is new; -1 with NB_ERR_INVALID_ARG (NULL, an empty
+ * word) or NB_ERR_OOM. */
+NB_API int64_t nb_vocab_add(nb_vocab *v, const char *word);
+/* The id of word, or -1 (no error set) when it is not in v. */
+NB_API int64_t nb_vocab_id(const nb_vocab *v, const char *word);
+/* The word of id (a string owned by v, valid while v lives and is not added to), or NULL when id
+ * is out of range. */
+NB_API const char *nb_vocab_word(const nb_vocab *v, int64_t id);
+
+/* Reads a word-level text corpus (Penn Treebank's ptb.{train,valid,test}.txt, Mikolov's split) as
+ * PyTorch's word_language_model example does: each line (ended by \n, \r\n or \r, or by the
+ * file's end) becomes its words, split at white space as Python's str.split() splits (ASCII's
+ * space, \t, \v, \f, \x1c-\x1f and Unicode's white space in UTF-8: U+0085, U+00A0, U+1680,
+ * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000), followed by "<eos>". Returns the
+ * words' ids, int64 [n] on the CPU. With grow, words not yet in v are added to it (the training
+ * text); without, every word must be in v already (the validation and test texts). Other bytes
+ * are taken as they are (no UTF-8 check). Errors: NB_ERR_INVALID_ARG (NULL), NB_ERR_IO (cannot
+ * open or read), NB_ERR_FORMAT (a NUL byte; without grow, a word not in v: the message names the
+ * word and its line), NB_ERR_OOM; v keeps the words added before a failure. */
+NB_API nb_tensor *nb_read_words(const char *path, nb_vocab *v, bool grow);
+
+/* Language-model batches over a token stream, as the word_language_model example makes them
+ * (batchify, then get_batch), batch first: the stream's first batch * L tokens, L = n / batch
+ * (the rest dropped), as [batch, L] rows, each a run of the text; batch k of an epoch is
+ * x = rows[:, k bptt : (k + 1) bptt] and y = x's next tokens, rows[:, k bptt + 1 : (k + 1) bptt + 1].
+ * Every batch is [batch, bptt]: the example's shorter last batch is not made, so an epoch has
+ * (L - 1) / bptt batches. Consecutive batches continue each row's text, as a stateful model
+ * (nb_lstm_lm_set_stateful) expects. */
+typedef struct nb_lm_batches nb_lm_batches;
+
+/* Batches of tokens (1-D int64, on any device; copied, so the caller keeps its reference), moved
+ * to device. Errors: NULL tokens, batch or bptt < 1, or too few tokens for one batch
+ * (NB_ERR_INVALID_ARG, naming the counts), tokens not 1-D (NB_ERR_SHAPE) or not int64
+ * (NB_ERR_DTYPE), a device not present (NB_ERR_DEVICE); messages name "lm_batches". */
+NB_API nb_lm_batches *nb_lm_batches_create(const nb_tensor *tokens, int64_t batch, int64_t bptt, nb_device device);
+NB_API void nb_lm_batches_free(nb_lm_batches *b);
+/* Batches per epoch, (L - 1) / bptt. */
+NB_API int64_t nb_lm_batches_len(const nb_lm_batches *b);
+/* The next batch of the epoch: *x and *y int64 [batch, bptt], contiguous, on the device, new
+ * references (scope-owned when a scope is open), and *done = false. After an epoch's last batch
+ * it returns NB_OK with *x = *y = NULL and *done = true, and the next call starts the next epoch
+ * at the first batch (as nb_data_loader_next). */
+NB_API nb_status nb_lm_batches_next(nb_lm_batches *b, nb_tensor **x, nb_tensor **y, bool *done);
 
 /* ---- datasets ------------------------------------------------------------------------------ */
 
