@@ -282,8 +282,35 @@ PY
 then pass "--data real on CIFAR-10"; else fail "--data real on CIFAR-10: $(cat r.err r.txt | head -c 400)"; fi
 "$nabla" bench --model resnet-56,lstm --data real --threads 1 "${tinier[@]}" --format json > r2.txt 2>&1
 if grep -q '"resnet-56: --data real needs --data-dir with the CIFAR-10 binary batches"' r2.txt &&
-   grep -q '"lstm: --data real needs the Penn Treebank' r2.txt; then pass "--data real: rows it cannot run say why"
+   grep -q "\"lstm: --data real needs --data-dir with Penn Treebank's ptb.train.txt\"" r2.txt; then
+    pass "--data real: rows it cannot run say why"
 else fail "--data real errors: $(head -c 400 r2.txt)"; fi
+# the LSTM on a small text in Penn Treebank's form; a text of more words than the model's 10,000
+mkdir -p ptb ptb-big
+python3 - ptb ptb-big <<'PY'
+import os, random, sys
+random.seed(5)
+words = ["the", "<unk>", "N", "of", "a", "in", "to", "and", "'s", "for", "that", "$", "is", "market"]
+with open(os.path.join(sys.argv[1], "ptb.train.txt"), "w") as f:
+    for _ in range(60):
+        f.write(" " + " ".join(random.choice(words) for _ in range(random.randrange(3, 20))) + " \n")
+with open(os.path.join(sys.argv[2], "ptb.train.txt"), "w") as f:
+    f.write(" ".join(f"w{i}" for i in range(10000)) + "\n")
+PY
+if "$nabla" bench --model lstm --data real --data-dir ptb --threads 1 --batch-size 4 --iters 3 --warmup 1 --format json \
+    > r4.txt 2> r4.err && python3 - r4.txt <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert len(rows) == 1 and rows[0]["model"] == "lstm" and rows[0].get("error") is None, rows
+# 14 words: a model that has learnt nothing yet is near ln(10000) = 9.2, far above ln(14) = 2.6
+assert rows[0]["median_s"] > 0 and 2 < rows[0]["loss"] < 10, rows
+print("real PTB-form batches: lstm", rows[0]["median_s"], "s, loss", rows[0]["loss"])
+PY
+then pass "--data real on a Penn Treebank text"; else fail "--data real on PTB: $(cat r4.err r4.txt | head -c 400)"; fi
+"$nabla" bench --model lstm --data real --data-dir ptb-big --threads 1 "${tinier[@]}" --format json > r5.txt 2>&1
+if grep -q "lstm: ptb.train.txt in --data-dir has 10001 words, more than the model's vocabulary of 10000" r5.txt; then
+    pass "--data real: a text of too many words is refused"
+else fail "--data real, too many words: $(head -c 400 r5.txt)"; fi
 fm=/usr/share/datasets/fashion-mnist
 if [[ -e $fm/train-images-idx3-ubyte.gz || -e $fm/train-images-idx3-ubyte ]]; then
     if "$nabla" bench --model fcn-r --data real --threads 1 "${tinier[@]}" --format json > r3.txt 2> r3.err &&

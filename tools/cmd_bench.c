@@ -20,8 +20,11 @@
  * --data real (DLBench's "-R" runs): fcn-r and cnn read Fashion-MNIST, alexnet-r, resnet-56 and
  * resnet20 CIFAR-10 (its binary batches in --data-dir), through nabla's data loader (shuffled,
  * normalised, prefetched, drop_last), and each timed iteration includes taking its batch from the
- * loader, as the study's real-data runs include each tool's input pipeline. The "-S" networks
- * stay synthetic by definition; the LSTM's PTB has no reader yet (an error for that row).
+ * loader, as the study's real-data runs include each tool's input pipeline; the LSTM reads Penn
+ * Treebank's ptb.train.txt in --data-dir (nb_read_words: PyTorch's word_language_model reader,
+ * at most the model's 10,000 words) and takes consecutive batches of 32 steps of its 128 rows
+ * (nb_lm_batches, the state carried between them). The "-S" networks stay synthetic by
+ * definition.
  * --memory-format channels_last converts the image batch to channels-last in each step (as
  * torch_bench.py's flag of the same name, which also converts the model). --conv-algo sets the
  * CPU convolutions' algorithm (nb_set_conv_algo; the default is NABLA_CONV_ALGO's, else auto);
@@ -115,6 +118,7 @@ typedef struct bench_net {
     int64_t batch;
     nb_dataset *ds;   /* --data real */
     nb_data_loader *loader;
+    nb_lm_batches *lm; /* --data real, the LSTM */
     nb_cuda_graph *graph; /* --cuda-graph on: the captured step, its loss and static inputs */
     nb_tensor *gloss, *gx, *gy;
     bool sib; /* the optimizer steps in backward (--step-in-backward on, or auto and no clipping) */
@@ -218,6 +222,7 @@ static void net_free(bench_net *n)
     nb_tensor_free(n->gy);
     nb_cuda_graph_free(n->graph);
     nb_data_loader_free(n->loader);
+    nb_lm_batches_free(n->lm);
     nb_dataset_free(n->ds);
     nb_optim_free(n->opt);
     nb_module_free(n->m);
@@ -290,6 +295,31 @@ static nb_status make_data(bench_net *n, nb_generator *g, nb_device dev)
 /* A failure of the bench itself (not of a nabla call) for the current row. */
 static char g_err[200];
 
+/* --data real for the LSTM: Penn Treebank's training text in --data-dir as batches of tokens. */
+static bool make_lm_batches(bench_net *n, const cli_opts *o, nb_device dev, char *err, size_t cap)
+{
+    const bench_spec *s = n->s;
+    if (!o->data_dir_given) {
+        snprintf(err, cap, "%s: --data real needs --data-dir with Penn Treebank's ptb.train.txt", s->name);
+        return false;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ptb.train.txt", o->data_dir);
+    nb_scope *sc = nb_scope_begin();
+    nb_vocab *v = nb_vocab_create();
+    nb_tensor *tok = v ? nb_read_words(path, v, true) : NULL;
+    int64_t words = nb_vocab_size(v);
+    bool ok = tok && words <= LSTM_VOCAB && (n->lm = nb_lm_batches_create(tok, n->batch, s->w, dev));
+    if (!ok && tok && words > LSTM_VOCAB)
+        snprintf(err, cap, "%s: ptb.train.txt in --data-dir has %lld words, more than the model's vocabulary of %d",
+                 s->name, (long long)words, LSTM_VOCAB);
+    else if (!ok)
+        snprintf(err, cap, "%s: %s", s->name, nb_last_error());
+    nb_vocab_free(v);
+    nb_scope_end(sc);
+    return ok;
+}
+
 /* --data real: the data set of n's network and its loader; false with the reason in err. The
  * "-S" networks keep their synthetic batch. */
 static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_device dev, char *err, size_t cap)
@@ -297,10 +327,7 @@ static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_devic
     const bench_spec *s = n->s;
     bool fashion = !strcmp(s->name, "fcn-r") || !strcmp(s->name, "cnn");
     bool cifar = !strcmp(s->name, "alexnet-r") || !strcmp(s->name, "resnet-56") || !strcmp(s->name, "resnet20");
-    if (is_lstm(s)) {
-        snprintf(err, cap, "%s: --data real needs the Penn Treebank, which nabla has no reader for yet", s->name);
-        return false;
-    }
+    if (is_lstm(s)) return make_lm_batches(n, o, dev, err, cap);
     if (!fashion && !cifar) return true;
     const char *dir = o->data_dir_given ? o->data_dir : fashion ? CLI_DEFAULT_DATA_DIR : NULL;
     if (!dir) {
@@ -331,13 +358,15 @@ static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_devic
     return true;
 }
 
-/* The next real batch into n->x, n->y, starting a new epoch at the end of one. */
+/* The next real batch into n->x, n->y, starting a new epoch at the end of one (the LSTM's state
+ * carries on across it, as from one batch to the next). */
 static nb_status next_batch(bench_net *n)
 {
     bool done = false;
     nb_tensor *x = NULL, *y = NULL;
-    nb_status st = nb_data_loader_next(n->loader, &x, &y, &done);
-    if (st == NB_OK && done) st = nb_data_loader_next(n->loader, &x, &y, &done);
+    nb_status st = n->lm ? nb_lm_batches_next(n->lm, &x, &y, &done) : nb_data_loader_next(n->loader, &x, &y, &done);
+    if (st == NB_OK && done)
+        st = n->lm ? nb_lm_batches_next(n->lm, &x, &y, &done) : nb_data_loader_next(n->loader, &x, &y, &done);
     if (st != NB_OK) return st;
     if (done) { /* cannot happen: make_loader checked there is a whole batch */
         snprintf(g_err, sizeof g_err, "the loader gave no batch");
@@ -433,7 +462,7 @@ static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double
         nb_scope_end(sc);
         return st;
     }
-    if (n->loader) st = next_batch(n);
+    if (n->loader || n->lm) st = next_batch(n);
     nb_tensor *loss = NULL;
     if (st == NB_OK) st = train_step(n, n->x, n->y, channels_last, &loss);
     if (st == NB_OK) st = nb_item(loss, loss_out);
@@ -447,7 +476,7 @@ static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double
  * torch_bench.py copy), one replay, the loss read. */
 static nb_status replay(bench_net *n, nb_device dev, double *loss_out)
 {
-    nb_status st = n->loader ? next_batch(n) : NB_OK;
+    nb_status st = n->loader || n->lm ? next_batch(n) : NB_OK;
     if (st == NB_OK) st = nb_copy_(n->gx, n->x);
     if (st == NB_OK) st = nb_copy_(n->gy, n->y);
     if (st == NB_OK) st = nb_cuda_graph_replay(n->graph);

@@ -25,7 +25,8 @@
 #   --iters, --warmup, --batch-size   passed to both programs (defaults 10, 2, the spec's batch)
 #   --data real [--data-dir DIR]      real inputs through each side's own input pipeline:
 #                Fashion-MNIST for fcn-r and cnn, CIFAR-10 (binary batches in DIR) for alexnet-r,
-#                resnet-56 and resnet20 (default: synthetic)
+#                resnet-56 and resnet20, Penn Treebank (DIR/ptb.train.txt) for lstm (default:
+#                synthetic)
 #   --memory-format contiguous|channels_last   both sides' layout for the image networks
 #                (default contiguous); --torch-memory-format then sets PyTorch's alone
 #   --step-in-backward on|off|auto   both sides step each parameter in backward (nabla:

@@ -93,6 +93,38 @@ FASHION = ("fcn-r", "cnn")
 CIFAR = ("alexnet-r", "resnet-56", "resnet20")
 
 
+def read_ptb(data_dir):
+    """--data real for the LSTM: Penn Treebank's ptb.train.txt in data_dir read as PyTorch's
+    word_language_model example reads it (data.py's Corpus: each line's words, then '<eos>', ids
+    in the order words first appear), as a 1-D int64 tensor, and the vocabulary's size."""
+    if not data_dir:
+        raise ValueError("--data real needs --data-dir with Penn Treebank's ptb.train.txt")
+    w2i, ids = {}, []
+    with open(os.path.join(data_dir, "ptb.train.txt"), "r", encoding="utf8") as f:
+        for line in f:
+            for w in line.split() + ["<eos>"]:
+                ids.append(w2i.setdefault(w, len(w2i)))
+    return torch.tensor(ids, dtype=torch.int64), len(w2i)
+
+
+class LMBatches:
+    """The example's batchify and get_batch, batch first (as nabla's nb_lm_batches): the stream's
+    first batch * L tokens as [batch, L] rows; an epoch is the (L - 1) // bptt whole batches
+    x = rows[:, k bptt : (k + 1) bptt], y = x's next tokens."""
+
+    def __init__(self, tokens, batch, bptt):
+        L = tokens.numel() // batch
+        if L - 1 < bptt:
+            raise ValueError(f"{tokens.numel()} tokens in {batch} rows of {L} give no batch of {bptt} steps "
+                             "and their next tokens")
+        self.rows, self.bptt, self.n = tokens[:batch * L].view(batch, L), bptt, (L - 1) // bptt
+
+    def __iter__(self):
+        for k in range(self.n):
+            a = k * self.bptt
+            yield self.rows[:, a:a + self.bptt].contiguous(), self.rows[:, a + 1:a + 1 + self.bptt].contiguous()
+
+
 class CaptureError(Exception):
     """The training step could not be captured as a CUDA graph (--cuda-graph on)."""
 
@@ -164,8 +196,12 @@ class Net:
             self.model.to(memory_format=torch.channels_last)
         self.x, self.y = self.x.to(device), self.y.to(device)
         self.loader, self.it = None, None
-        if data == "real" and name == "lstm":
-            raise ValueError("--data real needs the Penn Treebank, which this benchmark has no reader for")
+        if data == "real" and name == "lstm":  # consecutive batches, the state carried between them
+            tokens, words = read_ptb(data_dir)
+            if words > LSTM_VOCAB:
+                raise ValueError(f"ptb.train.txt in --data-dir has {words} words, more than the model's "
+                                 f"vocabulary of {LSTM_VOCAB}")
+            self.loader = LMBatches(tokens, batch, w)
         if data == "real" and name in FASHION + CIFAR:
             xs, ys = read_real(name, data_dir)
             self.loader = torch.utils.data.DataLoader(
