@@ -358,15 +358,23 @@ static bool make_loader(bench_net *n, const cli_opts *o, uint64_t seed, nb_devic
     return true;
 }
 
+static bool real_data(const bench_net *n) { return n->loader || n->lm; }
+
+/* The next batch of the epoch from n's loader or the LSTM's batches (their `next` contracts are
+ * the same). */
+static nb_status source_next(bench_net *n, nb_tensor **x, nb_tensor **y, bool *done)
+{
+    return n->lm ? nb_lm_batches_next(n->lm, x, y, done) : nb_data_loader_next(n->loader, x, y, done);
+}
+
 /* The next real batch into n->x, n->y, starting a new epoch at the end of one (the LSTM's state
  * carries on across it, as from one batch to the next). */
 static nb_status next_batch(bench_net *n)
 {
     bool done = false;
     nb_tensor *x = NULL, *y = NULL;
-    nb_status st = n->lm ? nb_lm_batches_next(n->lm, &x, &y, &done) : nb_data_loader_next(n->loader, &x, &y, &done);
-    if (st == NB_OK && done)
-        st = n->lm ? nb_lm_batches_next(n->lm, &x, &y, &done) : nb_data_loader_next(n->loader, &x, &y, &done);
+    nb_status st = source_next(n, &x, &y, &done);
+    if (st == NB_OK && done) st = source_next(n, &x, &y, &done);
     if (st != NB_OK) return st;
     if (done) { /* cannot happen: make_loader checked there is a whole batch */
         snprintf(g_err, sizeof g_err, "the loader gave no batch");
@@ -462,7 +470,7 @@ static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double
         nb_scope_end(sc);
         return st;
     }
-    if (n->loader || n->lm) st = next_batch(n);
+    if (real_data(n)) st = next_batch(n);
     nb_tensor *loss = NULL;
     if (st == NB_OK) st = train_step(n, n->x, n->y, channels_last, &loss);
     if (st == NB_OK) st = nb_item(loss, loss_out);
@@ -476,7 +484,7 @@ static nb_status iterate(bench_net *n, nb_device dev, bool channels_last, double
  * torch_bench.py copy), one replay, the loss read. */
 static nb_status replay(bench_net *n, nb_device dev, double *loss_out)
 {
-    nb_status st = n->loader || n->lm ? next_batch(n) : NB_OK;
+    nb_status st = real_data(n) ? next_batch(n) : NB_OK;
     if (st == NB_OK) st = nb_copy_(n->gx, n->x);
     if (st == NB_OK) st = nb_copy_(n->gy, n->y);
     if (st == NB_OK) st = nb_cuda_graph_replay(n->graph);

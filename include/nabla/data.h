@@ -49,8 +49,7 @@ NB_API int64_t nb_vocab_size(const nb_vocab *v);
 NB_API int64_t nb_vocab_add(nb_vocab *v, const char *word);
 /* The id of word, or -1 (no error set) when it is not in v. */
 NB_API int64_t nb_vocab_id(const nb_vocab *v, const char *word);
-/* The word of id (a string owned by v, valid while v lives and is not added to), or NULL when id
- * is out of range. */
+/* The word of id (a string owned by v, valid while v lives), or NULL when id is out of range. */
 NB_API const char *nb_vocab_word(const nb_vocab *v, int64_t id);
 
 /* Reads a word-level text corpus (Penn Treebank's ptb.{train,valid,test}.txt, Mikolov's split) as

@@ -3,20 +3,20 @@
  * The reader is the twin of PyTorch's word_language_model example (data.py: Dictionary, Corpus):
  * for each line of the text file, line.split() + ['<eos>'], ids in the order words first appear.
  * The vocabulary is an open-addressing hash table (FNV-1a, linear probing, at most half full) of
- * ids into one arena of NUL-terminated words. */
+ * ids, each word NUL-terminated in the readers' arena (src/io/arena_impl.h). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error_impl.h"
 #include "core/tensor_impl.h"
+#include "io/arena_impl.h"
 #include "nabla/data.h"
 #include "nabla/ops.h"
 
 struct nb_vocab {
-    char *arena; /* the words, each NUL-terminated, one after another */
-    size_t arena_len, arena_cap;
-    size_t *start; /* word id -> its offset in arena */
+    nb_io_arena words; /* the words' bytes */
+    char **word;       /* word id -> its NUL-terminated bytes in `words` */
     int64_t n, cap_ids;
     int64_t *slots; /* hash table: id, or -1 for an empty slot */
     int64_t nslots; /* a power of 2, at least 2 n */
@@ -47,8 +47,8 @@ nb_vocab *nb_vocab_create(void)
 void nb_vocab_free(nb_vocab *v)
 {
     if (!v) return;
-    free(v->arena);
-    free(v->start);
+    nb__io_arena_free(&v->words);
+    free(v->word);
     free(v->slots);
     free(v);
 }
@@ -57,7 +57,7 @@ int64_t nb_vocab_size(const nb_vocab *v) { return v ? v->n : 0; }
 
 const char *nb_vocab_word(const nb_vocab *v, int64_t id)
 {
-    return v && id >= 0 && id < v->n ? v->arena + v->start[id] : NULL;
+    return v && id >= 0 && id < v->n ? v->word[id] : NULL;
 }
 
 /* The slot holding the word w[0, len), or the empty slot where it would go. */
@@ -67,10 +67,13 @@ static int64_t find_slot(const nb_vocab *v, const char *w, size_t len)
     for (;; s = (s + 1) & mask) {
         int64_t id = v->slots[s];
         if (id < 0) return s;
-        const char *x = v->arena + v->start[id];
+        const char *x = v->word[id];
         if (strncmp(x, w, len) == 0 && x[len] == '\0') return s;
     }
 }
+
+/* The id of w[0, len), or -1 when it is not in v. */
+static int64_t lookup(const nb_vocab *v, const char *w, size_t len) { return v->slots[find_slot(v, w, len)]; }
 
 static bool rehash(nb_vocab *v)
 {
@@ -79,7 +82,7 @@ static bool rehash(nb_vocab *v)
     if (!slots) return false;
     memset(slots, 0xff, (size_t)ns * sizeof *slots);
     for (int64_t id = 0; id < v->n; id++) {
-        const char *w = v->arena + v->start[id];
+        const char *w = v->word[id];
         int64_t s = (int64_t)(hash_bytes(w, strlen(w)) & (uint64_t)(ns - 1));
         while (slots[s] >= 0) s = (s + 1) & (ns - 1);
         slots[s] = id;
@@ -95,42 +98,36 @@ static int64_t vocab_add_n(nb_vocab *v, const char *w, size_t len, const char *o
 {
     int64_t s = find_slot(v, w, len);
     if (v->slots[s] >= 0) return v->slots[s];
+    if (2 * (v->n + 1) > v->nslots) { /* kept at most half full: grown first, so a failure adds nothing */
+        if (!rehash(v)) return nb__err(NB_ERR_OOM, "%s: out of host memory for the vocabulary's table", op), -1;
+        s = find_slot(v, w, len);
+    }
     if (v->n == v->cap_ids) {
         int64_t cap = v->cap_ids ? 2 * v->cap_ids : 1024;
-        size_t *st = realloc(v->start, (size_t)cap * sizeof *st);
-        if (!st) return nb__err(NB_ERR_OOM, "%s: out of host memory for %lld words", op, (long long)cap), -1;
-        v->start = st;
+        char **ws = realloc(v->word, (size_t)cap * sizeof *ws);
+        if (!ws) return nb__err(NB_ERR_OOM, "%s: out of host memory for %lld words", op, (long long)cap), -1;
+        v->word = ws;
         v->cap_ids = cap;
     }
-    if (v->arena_len + len + 1 > v->arena_cap) {
-        size_t cap = v->arena_cap ? v->arena_cap : 1 << 16;
-        while (cap < v->arena_len + len + 1) cap *= 2;
-        char *a = realloc(v->arena, cap);
-        if (!a) return nb__err(NB_ERR_OOM, "%s: out of host memory for %zu bytes of words", op, cap), -1;
-        v->arena = a;
-        v->arena_cap = cap;
-    }
-    memcpy(v->arena + v->arena_len, w, len);
-    v->arena[v->arena_len + len] = '\0';
-    v->start[v->n] = v->arena_len;
-    v->arena_len += len + 1;
-    v->slots[s] = v->n++;
-    if (2 * v->n > v->nslots && !rehash(v)) /* the word is in; only the table could not grow */
-        return nb__err(NB_ERR_OOM, "%s: out of host memory for the vocabulary's table", op), -1;
-    return v->n - 1;
+    char *x = nb__io_arena_alloc(&v->words, len + 1);
+    if (!x) return nb__err(NB_ERR_OOM, "%s: out of host memory for a word of %zu bytes", op, len), -1;
+    memcpy(x, w, len);
+    x[len] = '\0';
+    v->word[v->n] = x;
+    v->slots[s] = v->n;
+    return v->n++;
 }
 
 int64_t nb_vocab_add(nb_vocab *v, const char *word)
 {
-    if (!v || !word || !word[0]) return nb__err(NB_ERR_INVALID_ARG, "vocab_add: %s", !v || !word ? "NULL argument" : "an empty word"), -1;
+    if (!v || !word) return nb__err(NB_ERR_INVALID_ARG, "vocab_add: NULL argument"), -1;
+    if (!word[0]) return nb__err(NB_ERR_INVALID_ARG, "vocab_add: an empty word"), -1;
     return vocab_add_n(v, word, strlen(word), "vocab_add");
 }
 
 int64_t nb_vocab_id(const nb_vocab *v, const char *word)
 {
-    if (!v || !word || !word[0]) return -1;
-    int64_t s = find_slot(v, word, strlen(word));
-    return v->slots[s];
+    return v && word && word[0] ? lookup(v, word, strlen(word)) : -1;
 }
 
 /* ---- the reader ---------------------------------------------------------------------------- */
@@ -187,7 +184,7 @@ static nb_status slurp(const char *path, unsigned char **buf, size_t *len)
 static int64_t word_id(nb_vocab *v, bool grow, const char *w, size_t wl, const char *path, int64_t line)
 {
     if (grow) return vocab_add_n(v, w, wl, "read_words");
-    int64_t id = v->slots[find_slot(v, w, wl)];
+    int64_t id = lookup(v, w, wl);
     if (id < 0)
         nb__err(NB_ERR_FORMAT, "read_words: %s: line %lld: the word '%.*s%s' is not in the vocabulary (%lld words)", path,
                 (long long)line, wl > 40 ? 40 : (int)wl, w, wl > 40 ? "..." : "", (long long)v->n);
