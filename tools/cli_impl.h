@@ -32,7 +32,9 @@ typedef struct cli_opts {
     bool batch_size_given;
     uint64_t seed;
     double lr;          /* < 0: the optimizer's default */
-    bool seed_given;
+    bool seed_given, optimizer_given;
+    int64_t bptt;   /* train --model lstm: steps per batch (0: not given) */
+    double clip;    /* train --model lstm: the gradients' largest L2 norm (< 0: not given) */
 } cli_opts;
 
 /* Parses argv[first..argc) into o (starting from the defaults); `allowed` lists the flags this
@@ -88,6 +90,14 @@ nb_status cli_dist_sum(nb_process_group *pg, double *v, int n);
  * were sent from rank 0 (a collective; ddp NULL and pg NULL for one process). */
 nb_status cli_dist_evaluate(nb_process_group *pg, nb_ddp *ddp, nb_module *m, nb_dataset *d, const cli_opts *o,
                             nb_device dev, double *loss, double *acc);
+
+/* ---- the word-level language model (train_lm.c): --model lstm --data ptb ---- */
+
+/* The zoo's language model: DLBench's LSTM (nb_lstm_lm_create: embedding and hidden 256, 2 layers). */
+#define CLI_LM_MODEL "lstm"
+/* `nabla train` and `nabla eval` of it, after cli_parse. */
+int cli_train_lm(cli_opts *o);
+int cli_eval_lm(cli_opts *o);
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -152,6 +152,9 @@ int cmd_eval(int argc, char **argv)
     if (rc != CLI_OK) return rc;
     if (!o.model) return cli_fail(CLI_USAGE, "eval: --model is required");
     if (!o.load) return cli_fail(CLI_USAGE, "eval: --load is required");
+    if (!strcmp(o.model, CLI_LM_MODEL)) return cli_eval_lm(&o);
+    if (!strcmp(o.data, "ptb"))
+        return cli_fail(CLI_USAGE, "eval: --data ptb is a text, for the language model (--model %s)", CLI_LM_MODEL);
     if ((rc = cli_check_model(o.model)) != CLI_OK) return rc;
     nb_device dev;
     if (nb_device_parse(o.device, &dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "eval");
