@@ -7,6 +7,10 @@
 # the train and main stages) and naming .carry in the run's `carry`:
 #   run: bash scripts/gpu-run.sh [stage ...]
 # (While helpers edit the tree, commit first and carry `git archive HEAD src tests` to build that.)
+# Device time is 15 minutes a session and one run is at most 600 s: the build takes 1-2 minutes,
+# and `test graph` has stage limits of 960 s with the default 2 rounds. Run it as two calls while
+# the machine stays warm (the build is kept): `bash scripts/gpu-run.sh test` (timeout_s 400), then
+# `ROUNDS=1 bash scripts/gpu-run.sh graph` (timeout_s 450).
 # Stages (default: all but main, profile, compare and graph): test (the CUDA tests), cputest (the other
 # tests), sanitize (compute-sanitizer memcheck on six CUDA tests, racecheck on two: about 3
 # minutes), train (one epoch of the CNN on cuda), main (the main

@@ -521,7 +521,15 @@ static nb_status capture(bench_net *n, const bench *b, char *err, size_t cap)
         nb_status cs = sc ? train_step(n, n->gx, n->gy, b->channels_last, &l) : nb_last_status();
         n->gloss = cs == NB_OK ? nb_tensor_retain(l) : NULL;
         nb_scope_end(sc);
-        st = nb_cuda_graph_capture_end(n->graph); /* reports cs's error too: it spoilt the capture */
+        /* A refused op spoils the capture and capture_end reports it; a CUDA error inside the
+         * step instead invalidates the capture, and capture_end's own message would hide it. */
+        char first[512] = "";
+        if (cs != NB_OK) snprintf(first, sizeof first, "%s", nb_last_error());
+        st = nb_cuda_graph_capture_end(n->graph);
+        if (st != NB_OK && cs != NB_OK && !strstr(nb_last_error(), first)) {
+            snprintf(err, cap, "%s (first: %s)", nb_last_error(), first);
+            return st;
+        }
         if (st == NB_OK) st = cs;
     }
     if (st != NB_OK) snprintf(err, cap, "%s", nb_last_error());

@@ -282,7 +282,13 @@ nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g)
     cudaGraph_t graph = NULL;
     cudaError_t e2 = cudaStreamEndCapture(s, &graph);
     if (e == cudaSuccess) e = e2;
-    if (e == cudaSuccess && !g->spoilt) e = cudaGraphInstantiateWithFlags(&g->exec, graph, 0); /* CUDA >= 11.4 */
+    /* AutoFreeOnLaunch, as PyTorch's CUDAGraph: memory a library allocated inside the capture
+     * (cuBLAS's workspace through cudaMallocAsync since CUDA 12.2) and did not free there is freed
+     * at the next launch, which would otherwise fail; the upload makes the first replay's time
+     * the same as the others'. */
+    if (e == cudaSuccess && !g->spoilt)
+        e = cudaGraphInstantiateWithFlags(&g->exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    if (e == cudaSuccess && !g->spoilt) e = cudaGraphUpload(g->exec, s);
     nb__cuda_leave(prev);
     t_capture[d] = NULL;
     g->capturing = false;
@@ -334,6 +340,7 @@ nb_status nb_cuda_graph_replay(nb_cuda_graph *g)
         cudaError_t q = cudaEventQuery(g->done);
         if (q == cudaSuccess) NB_TRY(report_checks(g));
         else if (q != cudaErrorNotReady) return nb__cuda_err(q, op);
+        else (void)cudaGetLastError(); /* not an error, but the runtime keeps it as the last one */
     }
     int prev = nb__cuda_enter(g->device);
     cudaStream_t s = nb__cuda_stream(g->device)->handle;
