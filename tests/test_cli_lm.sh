@@ -89,9 +89,6 @@ cp g/ptb.test.txt w/
 expect 1 'vocabulary of 21 words; w/ptb.train.txt has 22' "$nabla" eval --model lstm --data-dir w --load ck.pt
 
 # ---- annealing: lr[e+1] = lr[e] / 4 exactly when valid[e] is not below every earlier one ----
-# (the CPU tuners off from here: while they time a product's ways, its first calls in a process run
-# each way in turn, so a resumed process would differ from the straight one in the last bits)
-export NABLA_GEMM_TUNE=0 NABLA_CONV_TUNE=0
 "$nabla" train --model lstm --data-dir a --epochs 4 --threads 1 --metrics am.jsonl --save straight.safetensors \
     > a1.txt 2> a1.err || fail "anneal: straight run: $(cat a1.err)"
 if python3 - am.jsonl > an.txt 2>&1 <<'PY'
@@ -109,7 +106,8 @@ print(f"{anneals} anneal(s), lr {[r['lr'] for r in rows]}")
 PY
 then pass "anneal: $(cat an.txt)"; else fail "anneal: $(cat an.txt)"; fi
 
-# ---- resume: 4 epochs straight == 1 + 1 + 2 through two checkpoints, bit for bit ----
+# ---- resume: 4 epochs straight == 1 + 1 + 2 through two checkpoints, bit for bit (train's
+# deterministic mode: without it the CPU tuners' first calls in each process try each way) ----
 common=(--model lstm --data-dir a --epochs 4 --threads 1 --save resumed.safetensors)
 "$nabla" train "${common[@]}" --stop-after 1 > /dev/null 2> r1.err || fail "resume: first epoch: $(cat r1.err)"
 "$nabla" train "${common[@]}" --stop-after 1 --resume resumed.safetensors > r2.txt 2> r2.err ||

@@ -2,10 +2,10 @@
  * resume. A checkpoint holds the model ("model.<name>"), the optimizer ("optim.<...>", see
  * nabla/optim.h) and metadata (epoch = epochs done, model, seed, optimizer, data). Every random
  * choice depends only on (seed, epoch): the loader's permutation, and the default generator
- * (dropout) which is reseeded at each epoch's start, so a resumed run equals an uninterrupted one
- * (bit for bit with the CPU tuners off, NABLA_GEMM_TUNE=0 NABLA_CONV_TUNE=0: while a tuner times a
- * problem's ways, that problem's first calls in a process run each way in turn, and the ways round
- * differently). --model lstm is the language model's loop (train_lm.c).
+ * (dropout) which is reseeded at each epoch's start, and the CPU kernels are chosen by rules, not
+ * timing (nb_set_deterministic, unless NABLA_DETERMINISTIC is set), so a run gives the same bits
+ * each time and a resumed run equals an uninterrupted one. --model lstm is the language model's
+ * loop (train_lm.c).
  * Under mpiexec (train_dist.c) every rank runs this loop on its shard of each epoch, through
  * nb_ddp; rank 0 alone prints and writes the metrics and checkpoints. */
 #include <math.h>
@@ -295,6 +295,9 @@ int cmd_train(int argc, char **argv)
                        &t.o);
     if (rc != CLI_OK) return rc;
     if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
+    /* the same bits every run with the same settings, resumed or not (NABLA_DETERMINISTIC=0: the
+     * CPU tuners may time their ways) */
+    if (!getenv("NABLA_DETERMINISTIC")) nb_set_deterministic(true);
     if (!strcmp(t.o.model, CLI_LM_MODEL)) return cli_train_lm(&t.o);
     if (!strcmp(t.o.data, "ptb"))
         return cli_fail(CLI_USAGE, "train: --data ptb is a text, for the language model (--model %s)", CLI_LM_MODEL);

@@ -6,8 +6,8 @@
  * the next (truncated BPTT) and each epoch starting from zero states, plain SGD at lr 20 with the
  * gradients' L2 norm clipped to 0.25, and the rate divided by 4 after an epoch whose validation
  * loss is not the best so far. Nothing in training is random but the initialisation (from the
- * seed), so a resumed run equals an uninterrupted one (bit for bit with the CPU tuners off, as
- * cmd_train.c says). A checkpoint holds the model ("model."),
+ * seed), so a resumed run equals an uninterrupted one, bit for bit in deterministic mode (which
+ * cmd_train.c turns on). A checkpoint holds the model ("model."),
  * the optimizer ("optim.") and metadata: model, data, epoch (done), epochs, seed, optimizer, lr
  * (the annealed rate for the next epoch), best_valid_loss, vocab (its size), batch_size, bptt and
  * clip. One process only: there is no data-parallel LM training. */

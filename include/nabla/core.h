@@ -162,6 +162,17 @@ NB_API nb_status nb_conv_algo_parse(const char *name, nb_conv_algo *out);
  * until an iteration adds nothing to this count (nabla bench does). */
 NB_API unsigned long long nb_cpu_tuning_steps(void);
 
+/* Deterministic mode (default off; NABLA_DETERMINISTIC=1 turns it on at start, as
+ * torch.use_deterministic_algorithms): while on, the CPU ops choose their kernels by rules alone,
+ * never by timing (the tuners above are not consulted, and nb_cpu_tuning_steps stays put), so a
+ * program run again with the same inputs and thread count gives the same bits, and a training run
+ * resumed in a new process equals an uninterrupted one. Off, the tuners' first calls of a problem
+ * in each process run each of its ways, which round differently. A different thread count may
+ * still round differently (reductions split by thread). CUDA convolutions still choose cuDNN's
+ * algorithm by timing. `nabla train` turns it on unless NABLA_DETERMINISTIC is set. */
+NB_API void nb_set_deterministic(bool on);
+NB_API bool nb_get_deterministic(void);
+
 /* ---- scopes -------------------------------------------------------------------------------- */
 
 typedef struct nb_scope nb_scope;

@@ -11,8 +11,25 @@
 #include "cpu/dnnl_impl.h"
 #include "cpu/tune_impl.h"
 
+static atomic_int g_deterministic = -1; /* -1: NABLA_DETERMINISTIC not read yet */
+
+void nb_set_deterministic(bool on) { atomic_store(&g_deterministic, on ? 1 : 0); }
+
+bool nb_get_deterministic(void)
+{
+    int d = atomic_load(&g_deterministic);
+    if (d < 0) { /* two threads may both read the environment: same answer */
+        const char *e = getenv("NABLA_DETERMINISTIC");
+        d = e && *e && strcmp(e, "0") != 0;
+        int unset = -1;
+        if (!atomic_compare_exchange_strong(&g_deterministic, &unset, d)) d = atomic_load(&g_deterministic);
+    }
+    return d != 0;
+}
+
 bool nb_cpu_tune_enabled(nb_tuner *t)
 {
+    if (nb_get_deterministic()) return false;
     int on = atomic_load_explicit(&t->on, memory_order_relaxed);
     if (on < 0) { /* two threads may both read the environment: same answer */
         const char *e = getenv(t->env);
