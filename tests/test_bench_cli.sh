@@ -10,19 +10,6 @@ tb="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bench/dlbench/torch_bench.p
 . "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 command -v python3 >/dev/null || { echo "FAIL: python3 not found (needed to check the JSON)"; exit 1; }
 
-# expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN
-expect() {
-    local code=$1 pattern=$2
-    shift 2
-    "$@" > out.txt 2> err.txt
-    local rc=$? lines
-    lines=$(wc -l < err.txt)
-    if [[ $rc -ne $code ]]; then fail "$* exited $rc, expected $code ($(head -c 300 err.txt))"
-    elif [[ $lines -ne 1 ]]; then fail "$*: expected a one-line error, got $lines lines: $(head -c 300 err.txt)"
-    elif ! grep -q -- "$pattern" err.txt; then fail "$*: error '$(cat err.txt)' does not match '$pattern'"
-    else pass "$* -> $rc: $(cat err.txt)"; fi
-}
-
 tiny=(--batch-size 4 --iters 2 --warmup 1)
 tinier=(--batch-size 4 --iters 1 --warmup 0) # csv and table: the format is what they test (fast under ASan)
 

@@ -11,19 +11,6 @@ nabla=$(realpath "${1:?usage: test_cli.sh PATH/TO/nabla}")
 data=${NB_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 . "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
-# expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN
-expect() {
-    local code=$1 pattern=$2
-    shift 2
-    "$@" > out.txt 2> err.txt
-    local rc=$? lines
-    lines=$(wc -l < err.txt)
-    if [[ $rc -ne $code ]]; then fail "$* exited $rc, expected $code ($(head -c 300 err.txt))"
-    elif [[ $lines -ne 1 ]]; then fail "$*: expected a one-line error, got $lines lines: $(head -c 300 err.txt)"
-    elif ! grep -q -- "$pattern" err.txt; then fail "$*: error '$(cat err.txt)' does not match '$pattern'"
-    else pass "$* -> $rc: $(cat err.txt)"; fi
-}
-
 # ---- info ----
 if "$nabla" info > info.txt 2>&1 && grep -q '^nabla [0-9]' info.txt && grep -q 'cpu isa:' info.txt &&
    grep -q 'blas:' info.txt && grep -q 'onednn:' info.txt && grep -q 'cuda:' info.txt &&
@@ -87,11 +74,6 @@ if [[ -n "$train_line" && "$eval_line" == "$train_line" ]]; then pass "eval: $ev
 else fail "eval printed '$eval_line', training printed '$train_line'"; fi
 expect 1 'holds a "mlp" model' "$nabla" eval --model cnn --data-dir "$data" --load ck.safetensors
 
-have_python() {
-    [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]] && return 0
-    fail "$1: NB_PYTHON ('${NB_PYTHON:-}') is not an executable Python (scripts/setup.sh makes .venv)"
-    return 1
-}
 if have_python "PyTorch reads the checkpoint"; then
     if "$NB_PYTHON" - ck.safetensors > py.txt 2>&1 <<'PY'
 import sys

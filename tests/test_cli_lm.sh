@@ -12,23 +12,6 @@ nabla=$(realpath "${1:?usage: test_cli_lm.sh PATH/TO/nabla SOURCE_DIR}")
 src=$(realpath "${2:?usage: test_cli_lm.sh PATH/TO/nabla SOURCE_DIR}")
 . "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
-# expect CODE PATTERN command...: exit status CODE, exactly one stderr line matching PATTERN
-expect() {
-    local code=$1 pattern=$2
-    shift 2
-    "$@" > out.txt 2> err.txt
-    local rc=$? lines
-    lines=$(wc -l < err.txt)
-    if [[ $rc -ne $code ]]; then fail "$* exited $rc, expected $code ($(head -c 300 err.txt))"
-    elif [[ $lines -ne 1 ]]; then fail "$*: expected a one-line error, got $lines lines: $(head -c 300 err.txt)"
-    elif ! grep -q -- "$pattern" err.txt; then fail "$*: error '$(cat err.txt)' does not match '$pattern'"
-    else pass "$* -> $rc: $(cat err.txt)"; fi
-}
-have_python() {
-    [[ -n "${NB_PYTHON:-}" && -x "${NB_PYTHON}" ]] && return 0
-    fail "$1: NB_PYTHON ('${NB_PYTHON:-}') is not an executable Python (scripts/setup.sh makes .venv)"
-    return 1
-}
 
 # g/: the grammar's text for all three splits; a/: the same training text, but a validation text
 # of the same words in random order, which gets worse as the model learns the grammar (annealing)

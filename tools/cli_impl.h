@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nabla.h"
 
@@ -61,6 +62,10 @@ nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device
                        double *acc);
 /* Loads the "model." entries of checkpoint map ck into m (strict). */
 nb_status cli_load_model(nb_module *m, const nb_tensor_map *ck);
+/* The other way: m's state dict into ck as "model.<name>" entries. */
+nb_status cli_save_model(nb_module *m, nb_tensor_map *ck);
+/* `"key": v, ` (without the comma when last) on f, null for a value that is not finite. */
+void cli_json_num(FILE *f, const char *key, double v, bool last);
 /* Checkpoints in the format their name says: a path ending in .pt or .pth is PyTorch's
  * (nb_torch_save / nb_torch_load, what torch.save writes), any other safetensors. */
 nb_status cli_checkpoint_save(const nb_tensor_map *m, const char *path);

@@ -1,4 +1,5 @@
 /* tools/cmd_eval.c: data sets, models and evaluation shared by train and eval; `nabla eval`. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,28 @@ nb_status cli_load_model(nb_module *m, const nb_tensor_map *ck)
     nb_scope_end(s);
     nb_tensor_map_free(sub);
     return st;
+}
+
+nb_status cli_save_model(nb_module *m, nb_tensor_map *ck)
+{
+    nb_tensor_map *sd = nb_tensor_map_create();
+    nb_scope *s = nb_scope_begin();
+    nb_status st = sd ? nb_module_state_dict(m, sd) : nb_last_status();
+    char name[1024];
+    for (int i = 0; st == NB_OK && i < nb_tensor_map_size(sd); i++) {
+        snprintf(name, sizeof name, "model.%s", nb_tensor_map_name(sd, i));
+        nb_tensor *v = nb_tensor_map_get(sd, nb_tensor_map_name(sd, i));
+        st = v ? nb_tensor_map_set(ck, name, v) : nb_last_status();
+    }
+    nb_scope_end(s);
+    nb_tensor_map_free(sd);
+    return st;
+}
+
+void cli_json_num(FILE *f, const char *key, double v, bool last)
+{
+    if (isfinite(v)) fprintf(f, "\"%s\": %.17g%s", key, v, last ? "" : ", ");
+    else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
 int cmd_eval(int argc, char **argv)

@@ -196,15 +196,10 @@ static nb_status train_epoch(trainer *t, int64_t epoch, double *loss, int64_t *s
 
 static nb_status save(trainer *t, int64_t epochs_done)
 {
-    nb_tensor_map *ck = nb_tensor_map_create(), *sd = nb_tensor_map_create();
+    nb_tensor_map *ck = nb_tensor_map_create();
     nb_scope *s = nb_scope_begin();
-    nb_status st = ck && sd ? nb_module_state_dict(t->m, sd) : nb_last_status();
-    char name[1024], num[32];
-    for (int i = 0; st == NB_OK && i < nb_tensor_map_size(sd); i++) {
-        snprintf(name, sizeof name, "model.%s", nb_tensor_map_name(sd, i));
-        nb_tensor *v = nb_tensor_map_get(sd, nb_tensor_map_name(sd, i));
-        st = v ? nb_tensor_map_set(ck, name, v) : nb_last_status();
-    }
+    nb_status st = ck ? cli_save_model(t->m, ck) : nb_last_status();
+    char num[32];
     if (st == NB_OK) st = nb_optim_state_dict(t->opt, ck, "optim.");
     if (st == NB_OK && t->sched) st = nb_lr_scheduler_state_dict(t->sched, ck, "sched.");
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "schedule", t->o.schedule);
@@ -219,15 +214,8 @@ static nb_status save(trainer *t, int64_t epochs_done)
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "data", t->o.data);
     if (st == NB_OK) st = cli_checkpoint_save(ck, t->o.save);
     nb_scope_end(s);
-    nb_tensor_map_free(sd);
     nb_tensor_map_free(ck);
     return st;
-}
-
-static void json_num(FILE *f, const char *key, double v, bool last)
-{
-    if (isfinite(v)) fprintf(f, "\"%s\": %.17g%s", key, v, last ? "" : ", ");
-    else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
 /* Rank 0's report of an epoch: the line on stdout and the --metrics line. */
@@ -238,11 +226,11 @@ static int report(trainer *t, int64_t e, double loss, double tl, double acc, dou
     fflush(stdout);
     if (!t->metrics) return CLI_OK;
     fprintf(t->metrics, "{\"epoch\": %lld, ", (long long)e + 1);
-    json_num(t->metrics, "train_loss", loss, false);
-    json_num(t->metrics, "test_loss", tl, false);
-    json_num(t->metrics, "test_accuracy", acc, false);
-    json_num(t->metrics, "seconds", secs, false);
-    json_num(t->metrics, "samples_per_second", rate, true);
+    cli_json_num(t->metrics, "train_loss", loss, false);
+    cli_json_num(t->metrics, "test_loss", tl, false);
+    cli_json_num(t->metrics, "test_accuracy", acc, false);
+    cli_json_num(t->metrics, "seconds", secs, false);
+    cli_json_num(t->metrics, "samples_per_second", rate, true);
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) return cli_fail(CLI_RUNTIME, "train: cannot write %s", t->o.metrics);
     return CLI_OK;

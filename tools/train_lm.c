@@ -253,15 +253,9 @@ static nb_status set_num(nb_tensor_map *ck, const char *key, const char *fmt, do
 static nb_status lm_save(lm_run *r, int64_t epochs_done)
 {
     const cli_opts *o = r->o;
-    nb_tensor_map *ck = nb_tensor_map_create(), *sd = nb_tensor_map_create();
+    nb_tensor_map *ck = nb_tensor_map_create();
     nb_scope *s = nb_scope_begin();
-    nb_status st = ck && sd ? nb_module_state_dict(r->m, sd) : nb_last_status();
-    char name[1024];
-    for (int i = 0; st == NB_OK && i < nb_tensor_map_size(sd); i++) {
-        snprintf(name, sizeof name, "model.%s", nb_tensor_map_name(sd, i));
-        nb_tensor *v = nb_tensor_map_get(sd, nb_tensor_map_name(sd, i));
-        st = v ? nb_tensor_map_set(ck, name, v) : nb_last_status();
-    }
+    nb_status st = ck ? cli_save_model(r->m, ck) : nb_last_status();
     if (st == NB_OK) st = nb_optim_state_dict(r->opt, ck, "optim.");
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "model", CLI_LM_MODEL);
     if (st == NB_OK) st = nb_tensor_map_set_metadata(ck, "data", o->data);
@@ -277,15 +271,8 @@ static nb_status lm_save(lm_run *r, int64_t epochs_done)
     if (st == NB_OK) st = set_num(ck, "best_valid_loss", "%.17g", r->best);
     if (st == NB_OK) st = cli_checkpoint_save(ck, o->save);
     nb_scope_end(s);
-    nb_tensor_map_free(sd);
     nb_tensor_map_free(ck);
     return st;
-}
-
-static void json_num(FILE *f, const char *key, double v, bool last)
-{
-    if (isfinite(v)) fprintf(f, "\"%s\": %.17g%s", key, v, last ? "" : ", ");
-    else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
 static int lm_report(lm_run *r, int64_t e, double tl, double vl, double lr, double secs, double rate)
@@ -296,12 +283,12 @@ static int lm_report(lm_run *r, int64_t e, double tl, double vl, double lr, doub
     fflush(stdout);
     if (!r->metrics) return CLI_OK;
     fprintf(r->metrics, "{\"epoch\": %lld, ", (long long)e + 1);
-    json_num(r->metrics, "train_loss", tl, false);
-    json_num(r->metrics, "valid_loss", vl, false);
-    json_num(r->metrics, "valid_perplexity", exp(vl), false);
-    json_num(r->metrics, "lr", lr, false);
-    json_num(r->metrics, "seconds", secs, false);
-    json_num(r->metrics, "tokens_per_second", rate, true);
+    cli_json_num(r->metrics, "train_loss", tl, false);
+    cli_json_num(r->metrics, "valid_loss", vl, false);
+    cli_json_num(r->metrics, "valid_perplexity", exp(vl), false);
+    cli_json_num(r->metrics, "lr", lr, false);
+    cli_json_num(r->metrics, "seconds", secs, false);
+    cli_json_num(r->metrics, "tokens_per_second", rate, true);
     fprintf(r->metrics, "}\n");
     if (fflush(r->metrics) != 0) return cli_fail(CLI_RUNTIME, "train: cannot write %s", r->o->metrics);
     return CLI_OK;
