@@ -7,22 +7,7 @@ set -euo pipefail
 bin=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-python3 - "$dir" <<'PY'
-import os, random, sys
-random.seed(2)
-subj = ["the cat", "a dog", "the man", "a bird", "the child"]
-verb = {"the cat": "eats", "a dog": "chases", "the man": "reads", "a bird": "sings", "the child": "draws"}
-obj = {"eats": ["fish", "meat"], "chases": ["the ball", "a cat"], "reads": ["the paper", "a book"],
-       "sings": ["a song"], "draws": ["a house", "the sun"]}
-def text(n):
-    lines = []
-    for _ in range(n):
-        s = random.choice(subj)
-        lines.append(f" {s} {verb[s]} {random.choice(obj[verb[s]])} \n")
-    return "".join(lines)
-open(os.path.join(sys.argv[1], "ptb.train.txt"), "w").write(text(3000))
-open(os.path.join(sys.argv[1], "ptb.valid.txt"), "w").write(text(400))
-PY
+python3 "$(dirname "${BASH_SOURCE[0]}")/support/grammar_text.py" "$dir"
 out=$("$bin" "$dir" --epochs 3 --size 32 --layers 1 --lr 5 --clip 0.5 --device auto)
 echo "$out"
 grep -q '^train_lm: 21 words' <<< "$out" || { echo "FAIL: expected a vocabulary of 21 words"; exit 1; }

@@ -16,27 +16,8 @@ src=$(realpath "${2:?usage: test_cli_lm.sh PATH/TO/nabla SOURCE_DIR}")
 # g/: the grammar's text for all three splits; a/: the same training text, but a validation text
 # of the same words in random order, which gets worse as the model learns the grammar (annealing)
 mkdir g a
-python3 - <<'PY'
-import random
-random.seed(2)
-subj = ["the cat", "a dog", "the man", "a bird", "the child"]
-verb = {"the cat": "eats", "a dog": "chases", "the man": "reads", "a bird": "sings", "the child": "draws"}
-obj = {"eats": ["fish", "meat"], "chases": ["the ball", "a cat"], "reads": ["the paper", "a book"],
-       "sings": ["a song"], "draws": ["a house", "the sun"]}
-def text(n):
-    lines = []
-    for _ in range(n):
-        s = random.choice(subj)
-        lines.append(f" {s} {verb[s]} {random.choice(obj[verb[s]])} \n")
-    return "".join(lines)
-train = text(3000)
-words = sorted(set(train.split()))
-noise = "".join(" " + " ".join(random.choice(words) for _ in range(5)) + " \n" for _ in range(300))
-for d, valid in (("g", text(400)), ("a", noise)):
-    open(f"{d}/ptb.train.txt", "w").write(train)
-    open(f"{d}/ptb.valid.txt", "w").write(valid)
-    open(f"{d}/ptb.test.txt", "w").write(text(400))
-PY
+python3 "$src/tests/support/grammar_text.py" g --test
+python3 "$src/tests/support/grammar_text.py" a --test --valid noise
 
 # ---- errors: one line on stderr, 2 for usage, 1 at run time ----
 expect 2 'takes --data ptb, not "fashion-mnist"' "$nabla" train --model lstm --data fashion-mnist --data-dir g

@@ -99,12 +99,10 @@ def read_ptb(data_dir):
     in the order words first appear), as a 1-D int64 tensor, and the vocabulary's size."""
     if not data_dir:
         raise ValueError("--data real needs --data-dir with Penn Treebank's ptb.train.txt")
-    w2i, ids = {}, []
-    with open(os.path.join(data_dir, "ptb.train.txt"), "r", encoding="utf8") as f:
-        for line in f:
-            for w in line.split() + ["<eos>"]:
-                ids.append(w2i.setdefault(w, len(w2i)))
-    return torch.tensor(ids, dtype=torch.int64), len(w2i)
+    from torch_lm import read_words
+    w2i = {}
+    ids = read_words(os.path.join(data_dir, "ptb.train.txt"), w2i, True)
+    return ids, len(w2i)
 
 
 class LMBatches:

@@ -31,6 +31,20 @@ class LSTMLM(nn.Module):
         return self.decoder(out), state
 
 
+def read_words(path, w2i, grow):
+    """A word-level text as PyTorch's word_language_model example reads it (data.py's Corpus):
+    each line's words, then '<eos>'; ids in the order words first appear in w2i, which grows
+    with grow (the training text) and must hold every word without. A 1-D int64 tensor."""
+    ids = []
+    with open(path, "r", encoding="utf8") as f:
+        for line in f:
+            for w in line.split() + ["<eos>"]:
+                if grow:
+                    w2i.setdefault(w, len(w2i))
+                ids.append(w2i[w])
+    return torch.tensor(ids, dtype=torch.int64)
+
+
 def detach_state(state):
     """The state with its graph cut, as carried between mini-batches."""
     return tuple(s.detach() for s in state)

@@ -19,18 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_bench import LMBatches  # noqa: E402
-from torch_lm import LSTMLM, detach_state  # noqa: E402
-
-
-def read(path, w2i, grow):
-    ids = []
-    with open(path, "r", encoding="utf8") as f:
-        for line in f:
-            for w in line.split() + ["<eos>"]:
-                if grow:
-                    w2i.setdefault(w, len(w2i))
-                ids.append(w2i[w])
-    return torch.tensor(ids, dtype=torch.int64)
+from torch_lm import LSTMLM, detach_state, read_words  # noqa: E402
 
 
 def epoch(model, batches, vocab, opt=None, params=None, clip=0.0):
@@ -67,8 +56,8 @@ def main():
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     w2i = {}
-    train = read(os.path.join(a.dir, "ptb.train.txt"), w2i, True)
-    valid = read(os.path.join(a.dir, "ptb.valid.txt"), w2i, False)
+    train = read_words(os.path.join(a.dir, "ptb.train.txt"), w2i, True)
+    valid = read_words(os.path.join(a.dir, "ptb.valid.txt"), w2i, False)
     if a.limit:
         train = train[:a.limit]
     vocab = len(w2i)
