@@ -343,11 +343,54 @@ static void test_memory(void **state)
     assert_int_equal(s2.allocated, s0.allocated);
 }
 
+/* Capture streams are pooled, never destroyed: after a graph whose capture ran a cuBLAS product
+ * is freed (the cached handle was last bound to its stream), eager products still run and are
+ * right against the CPU's, the freed graph's stream is no longer current, and the next graph
+ * takes that stream and captures and replays a product on it. */
+static void test_streams(void **state)
+{
+    (void)state;
+    nb_manual_seed(3);
+    nb_scope *sc = nb_scope_begin();
+    nb_tensor *ha = NBT_CHECK(nb_randn((int64_t[]){64, 48}, 2, NULL));
+    nb_tensor *hb = NBT_CHECK(nb_randn((int64_t[]){48, 40}, 2, NULL));
+    nb_tensor *want = NBT_CHECK(nb_mm(ha, hb));
+    nb_tensor *a = nbt_to_cuda(ha), *b = nbt_to_cuda(hb);
+    nb_stream *dflt = NBT_CHECK(nb_cuda_current_stream(0));
+    nb_cuda_graph *g1 = NBT_CHECK(nb_cuda_graph_create(0));
+    nb_stream *s1 = NBT_CHECK(nb_cuda_graph_stream(g1));
+    NBT_CHECK(nb_cuda_set_stream(s1));
+    nbt_assert_close_host(NBT_CHECK(nb_mm(a, b)), want, 1e-5, "product on the graph's stream");
+    NBT_CHECK(nb_cuda_set_stream(dflt));
+    NBT_OK(nb_cuda_graph_capture_begin(g1));
+    nb_tensor *y1 = nb_tensor_retain(NBT_CHECK(nb_mm(a, b)));
+    NBT_OK(nb_cuda_graph_capture_end(g1));
+    NBT_OK(nb_cuda_graph_replay(g1));
+    nbt_assert_close_host(y1, want, 1e-5, "replayed product");
+    nb_tensor_free(y1);
+    NBT_CHECK(nb_cuda_set_stream(s1)); /* current when freed: the default is current after */
+    nb_cuda_graph_free(g1);
+    assert_ptr_equal(nb_cuda_current_stream(0), dflt);
+    nbt_assert_close_host(NBT_CHECK(nb_mm(a, b)), want, 1e-5, "eager product after the free");
+    nb_cuda_graph *g2 = NBT_CHECK(nb_cuda_graph_create(0));
+    assert_ptr_equal(nb_cuda_graph_stream(g2), s1);
+    NBT_OK(nb_cuda_graph_capture_begin(g2));
+    nb_tensor *y2 = nb_tensor_retain(NBT_CHECK(nb_mm(b, nb_transpose(b, 0, 1))));
+    NBT_OK(nb_cuda_graph_capture_end(g2));
+    NBT_OK(nb_cuda_graph_replay(g2));
+    nbt_assert_close_host(y2, NBT_CHECK(nb_mm(hb, nb_transpose(hb, 0, 1))), 1e-5, "the next graph's product");
+    nb_tensor_free(y2);
+    nb_cuda_graph_free(g2);
+    NBT_OK(nb_cuda_synchronize(0));
+    nb_scope_end(sc);
+}
+
 int main(void)
 {
     if (nbt_cuda_missing()) return 77;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_train_step), cmocka_unit_test(test_stateful_lm),
                                        cmocka_unit_test(test_bad_index),
-                                       cmocka_unit_test(test_refused), cmocka_unit_test(test_memory)};
+                                       cmocka_unit_test(test_refused), cmocka_unit_test(test_memory),
+                                       cmocka_unit_test(test_streams)};
     return NBT_RUN(tests);
 }

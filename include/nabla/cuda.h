@@ -151,7 +151,9 @@ typedef struct nb_cuda_graph nb_cuda_graph;
 
 /* A graph for device index (-1: current), with its capture stream. */
 NB_API nb_cuda_graph *nb_cuda_graph_create(int index);
-/* The stream the capture runs on (for the warm-up). */
+/* The stream the capture runs on (for the warm-up). It belongs to the graph until
+ * nb_cuda_graph_free, which gives it back to a pool that later graphs take their streams from
+ * (capture streams are never destroyed, as PyTorch's come from its stream pool). */
 NB_API nb_stream *nb_cuda_graph_stream(nb_cuda_graph *g);
 NB_API nb_status nb_cuda_graph_capture_begin(nb_cuda_graph *g);
 NB_API nb_status nb_cuda_graph_capture_end(nb_cuda_graph *g);

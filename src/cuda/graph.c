@@ -16,7 +16,13 @@
  *   the next replay, once the previous one is done) reports a bad index with the op, the value
  *   and the size, as the eager check does. The index kernels skip an index out of range.
  * - Work deferred to the end of the capture (nb__cuda_capture_defer: a stateful model's copy of
- *   its final state into the tensor the next replay starts from) is queued just before it ends. */
+ *   its final state into the tensor the next replay starts from) is queued just before it ends.
+ * - Capture streams are never destroyed: a freed graph's stream goes back to a per-device pool
+ *   and the next graph takes it, as PyTorch's capture streams come from its stream pool. The
+ *   cached cuBLAS and cuDNN handles stay bound to the last stream they ran on until their next
+ *   call, and cuBLAS keeps a workspace per stream it has run on; a destroyed stream would leave
+ *   both pointing at a dead handle. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +204,45 @@ static void drop_capture(nb_cuda_graph *g)
     (void)cudaGetLastError();
 }
 
+/* ---- the capture streams --------------------------------------------------------------------- */
+
+static pthread_mutex_t g_spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static nb_stream **g_spare[NB_CUDA_MAX_DEVICES]; /* streams of freed graphs, per device */
+static int g_n_spare[NB_CUDA_MAX_DEVICES], g_cap_spare[NB_CUDA_MAX_DEVICES];
+
+static nb_stream *capture_stream_take(int d)
+{
+    nb_stream *s = NULL;
+    pthread_mutex_lock(&g_spare_lock);
+    if (g_n_spare[d] > 0) s = g_spare[d][--g_n_spare[d]];
+    pthread_mutex_unlock(&g_spare_lock);
+    return s ? s : nb_cuda_stream_create(d);
+}
+
+/* Back to the pool, no longer the calling thread's current stream; destroyed only when the
+ * pool cannot grow (out of host memory). */
+static void capture_stream_give(nb_stream *s)
+{
+    if (!s) return;
+    int d = s->device;
+    if (nb__cuda_stream(d) == s) nb_cuda_set_stream(nb_cuda_default_stream(d));
+    pthread_mutex_lock(&g_spare_lock);
+    if (g_n_spare[d] == g_cap_spare[d]) {
+        int cap = g_cap_spare[d] ? 2 * g_cap_spare[d] : 4;
+        nb_stream **grown = realloc(g_spare[d], (size_t)cap * sizeof *grown);
+        if (grown) {
+            g_spare[d] = grown;
+            g_cap_spare[d] = cap;
+        }
+    }
+    if (g_n_spare[d] < g_cap_spare[d]) {
+        g_spare[d][g_n_spare[d]++] = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&g_spare_lock);
+    if (s) nb_cuda_stream_free(s);
+}
+
 /* ---- the graph's life ------------------------------------------------------------------------ */
 
 nb_cuda_graph *nb_cuda_graph_create(int index)
@@ -210,7 +255,7 @@ nb_cuda_graph *nb_cuda_graph_create(int index)
     nb_cuda_graph *g = calloc(1, sizeof *g);
     if (!g) return nb__err_null(NB_ERR_OOM, "cuda_graph_create: out of host memory");
     g->device = index;
-    g->stream = nb_cuda_stream_create(index);
+    g->stream = capture_stream_take(index);
     int prev = nb__cuda_enter(index);
     cudaError_t e = g->stream ? cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming) : cudaSuccess;
     if (g->stream && e == cudaSuccess) e = cudaMalloc((void **)&g->slots, 3 * MAX_CHECKS * sizeof *g->slots);
@@ -393,6 +438,6 @@ void nb_cuda_graph_free(nb_cuda_graph *g)
         nb_devpool *pool = nb__cuda_pool(d);
         if (pool && nb__devpool_private_release(pool, g->pool_id) != NB_OK) nb_clear_error();
     }
-    nb_cuda_stream_free(g->stream);
+    capture_stream_give(g->stream);
     free(g);
 }
