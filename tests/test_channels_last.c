@@ -85,12 +85,15 @@ static double mem_at(const nb_tensor *t, int64_t i)
 
 /* The copies between NCHW and channels-last run as tiled transposes (src/cpu/ops/copy.c): every
  * element's place in memory checked against the index formulas, for 4- and 8-byte dtypes, shapes
- * with partial tiles, size-1 dims and enough elements to be split across threads; both ways, and
+ * with partial tiles and partial 8 x 8 blocks, three channels (interleaved eight at a time on
+ * AVX2, with and without a remainder), size-1 dims and enough elements to be split across
+ * threads; both ways, and
  * also the [N, H, W, C] copy of a permuted view (nb_contiguous of permute(x, 0, 2, 3, 1), how
  * nb_contiguous_format lays out its result) and back. */
 static void test_transposing_copies(void **state)
 {
-    static const int64_t shapes[][4] = {{2, 3, 5, 7}, {3, 40, 33, 35}, {2, 1, 4, 4}, {2, 5, 1, 1}, {1, 70, 3, 2}};
+    static const int64_t shapes[][4] = {{2, 3, 5, 7},  {3, 40, 33, 35}, {2, 1, 4, 4}, {2, 5, 1, 1},
+                                        {1, 70, 3, 2}, {2, 21, 9, 11},  {1, 3, 4, 4}, {4, 3, 64, 65}};
     static const nb_dtype dts[] = {NB_FLOAT32, NB_FLOAT64, NB_INT64, NB_INT32};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (size_t di = 0; di < sizeof dts / sizeof *dts; di++) {
