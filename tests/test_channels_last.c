@@ -289,6 +289,49 @@ static void test_conv_chain_matches_nchw(void **state)
     nb_scope_end(s);
 }
 
+/* A one-channel image batch (MNIST's) is dense in both layouts; as torch's x.to(memory_format=
+ * channels_last), nb_contiguous_format gives it the channels-last strides [H W, 1, W, 1] (a view:
+ * the same memory), and the layers then run channels-last, as PyTorch's do with such an input:
+ * conv -> batch norm + ReLU -> max pooling, values and gradients against the NCHW run. */
+static void test_one_channel_input(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    const int64_t N = 4, H = 10, W = 10;
+    nb_tensor *x = randn4(N, 1, H, W), *w = randn4(16, 1, 3, 3);
+    nb_tensor *y = NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST));
+    const int64_t *st = nb_tensor_strides(y), want[4] = {H * W, 1, W, 1};
+    for (int i = 0; i < 4; i++) assert_int_equal(st[i], want[i]);
+    assert_ptr_equal(nb_tensor_data_ptr(y), nb_tensor_data_ptr(x));
+    assert_true(nb_tensor_is_contiguous(y) && is_cl(y));
+    nb_tensor *loss[2], *gx[2], *gw[2];
+    for (int cl = 0; cl < 2; cl++) {
+        nb_tensor *xi = NBT_CHECK(nbt_leaf(cl ? y : x)), *wi = NBT_CHECK(nbt_leaf(w));
+        nb_conv2d_params p = {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1};
+        nb_tensor *h1 = NBT_CHECK(nb_conv2d(xi, wi, NULL, &p));
+        nb_tensor *h2 = NBT_CHECK(nb_batch_norm_relu(h1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+        nb_tensor *h3 = NBT_CHECK(nb_max_pool2d(h2, (int64_t[]){2, 2}, NULL, NULL, false));
+        for (int k = 0; k < 3; k++) {
+            nb_tensor *h = k == 0 ? h1 : k == 1 ? h2 : h3;
+            assert_true(cl ? is_cl(h) && !nb_tensor_is_contiguous(h) : nb_tensor_is_contiguous(h));
+        }
+        loss[cl] = NBT_CHECK(nb_sum(NBT_CHECK(nb_mul(h3, h3)), NULL, 0, false));
+        NBT_OK(nb_backward(loss[cl], NULL, NB_BACKWARD_DEFAULT));
+        gx[cl] = NBT_CHECK(nb_tensor_grad(xi));
+        gw[cl] = NBT_CHECK(nb_tensor_grad(wi));
+    }
+    st = nb_tensor_strides(gx[1]);
+    for (int i = 0; i < 4; i++) assert_int_equal(st[i], want[i]);
+    nbt_assert_close(loss[1], loss[0], 1e-4, 1e-4, "loss");
+    nbt_assert_close(gx[1], gx[0], 1e-3, 1e-3, "input gradient");
+    nbt_assert_close(gw[1], gw[0], 1e-3, 1e-3, "weight gradient");
+    /* the view is differentiable: the gradient reaches x's own leaf */
+    nb_tensor *xl = NBT_CHECK(nbt_leaf(x));
+    nb_tensor *v = NBT_CHECK(nb_contiguous_format(xl, NB_CHANNELS_LAST));
+    NBT_OK(nb_backward(NBT_CHECK(nb_sum(NBT_CHECK(nb_mul_scalar(v, 3)), NULL, 0, false)), NULL, NB_BACKWARD_DEFAULT));
+    nbt_assert_close(NBT_CHECK(nb_tensor_grad(xl)), NBT_CHECK(nb_full_like(x, 3)), 0, 0, "gradient through the view");
+    nb_scope_end(s);
+}
+
 /* A strided convolution's weight gradient on channels-last activations large enough that its
  * windows are copied in two pieces (three images of 4,900 windows of 288 values, 1.4 M floats an
  * image: two images, then one), against the same gradient in float64 on the reference loops. */
@@ -456,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_elementwise_keeps_layout),
         cmocka_unit_test(test_conv_pytorch_cases),
         cmocka_unit_test(test_conv_chain_matches_nchw),
+        cmocka_unit_test(test_one_channel_input),
         cmocka_unit_test(test_strided_weight_grad_pieces),
         cmocka_unit_test(test_windows_routes_in_pieces),
         cmocka_unit_test(test_winograd_routes),

@@ -150,7 +150,10 @@ NB_API nb_tensor *nb_contiguous(const nb_tensor *t);
 typedef enum nb_memory_format { NB_CONTIGUOUS_FORMAT = 0, NB_CHANNELS_LAST = 1 } nb_memory_format;
 
 /* t.contiguous(memory_format=f): t itself (a new reference) when already dense in format f,
- * else a copy in that layout (differentiable). NB_CHANNELS_LAST needs a 4-D tensor. */
+ * else a copy in that layout (differentiable). NB_CHANNELS_LAST needs a 4-D tensor. A tensor
+ * dense in both layouts (one channel, as an MNIST batch, or a 1x1 plane) with row-major strides
+ * comes back as a view with the channels-last strides [H*W*C, 1, W*C, C] (as torch's
+ * x.to(memory_format=torch.channels_last) does), which the layers then keep channels-last. */
 NB_API nb_tensor *nb_contiguous_format(const nb_tensor *t, nb_memory_format f);
 /* t.is_contiguous(memory_format=f); size-1 dims are ignored, as PyTorch does. */
 NB_API bool nb_tensor_is_contiguous_format(const nb_tensor *t, nb_memory_format f);

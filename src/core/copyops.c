@@ -89,7 +89,16 @@ nb_tensor *nb_contiguous_format(const nb_tensor *t, nb_memory_format f)
     if (t->ndim != 4)
         return nb__err_null(NB_ERR_SHAPE, "contiguous_format: channels_last needs a 4-D tensor (got %s)",
                             nb__shape_str(t->shape, t->ndim, (char[NB_SHAPE_STR_MAX]){0}));
-    if (nb_tensor_is_contiguous_format(t, f)) return nb__track(nb_tensor_retain((nb_tensor *)t));
+    if (nb_tensor_is_contiguous_format(t, f)) {
+        /* dense in both layouts and strided row-major (a one-channel batch): a view with the
+         * channels-last strides, as torch's x.to(memory_format=channels_last) gives it, so that
+         * the layers keep it channels-last (nb__is_channels_last) */
+        int64_t cl[4];
+        nb__channels_last_strides(t->shape, cl);
+        if (nb__is_channels_last(t) || !memcmp(cl, t->strides, sizeof cl) || nb__numel(t->shape, 4) == 0)
+            return nb__track(nb_tensor_retain((nb_tensor *)t));
+        return nb_as_strided(t, t->shape, cl, 4, t->offset);
+    }
     nb_tensor *out = copy_channels_last(t);
     return out ? record_unary(NB_OP_CLONE, out, t) : NULL;
 }

@@ -53,7 +53,18 @@ bool nb__is_dense_channels_last(const nb_tensor *t)
     return true;
 }
 
-bool nb__is_channels_last(const nb_tensor *t) { return !nb__is_contiguous(t) && nb__is_dense_channels_last(t); }
+/* A tensor dense in both layouts (one channel, or a 1x1 plane) is channels-last when its strides,
+ * those of the size-1 dims too, are exactly the channels-last ones and not the row-major ones:
+ * PyTorch's suggest_memory_format reads such strides the same way. */
+bool nb__is_channels_last(const nb_tensor *t)
+{
+    if (!nb__is_dense_channels_last(t)) return false;
+    if (!nb__is_contiguous(t)) return true;
+    int64_t cl[4], rm[4];
+    nb__channels_last_strides(t->shape, cl);
+    nb__contiguous_strides(t->shape, 4, rm);
+    return !memcmp(cl, t->strides, sizeof cl) && memcmp(rm, t->strides, sizeof rm);
+}
 
 bool nb__keeps_channels_last(const nb_tensor *t)
 {

@@ -122,7 +122,8 @@ void nb__channels_last_strides(const int64_t *shape, int64_t *strides);
 /* A 4-D tensor dense in the channels-last layout, size-1 dims ignored (it may be contiguous too:
  * one channel, or a 1x1 plane). */
 bool nb__is_dense_channels_last(const nb_tensor *t);
-/* A 4-D tensor dense in the channels-last layout and not also contiguous. */
+/* A 4-D tensor dense in the channels-last layout and not also contiguous, or dense in both with
+ * exactly the channels-last strides (size-1 dims included) and not the row-major ones. */
 bool nb__is_channels_last(const nb_tensor *t);
 /* The layers' rule (see nb_memory_format): on the CPU, a channels-last t is kept so, and results
  * and gradients follow it; anywhere else it is made contiguous. */
