@@ -12,7 +12,7 @@ cmake --build build --target nabla_cli
 # machines (2 cores: 5x slower); waiting passively costs nothing measurable here.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 start=$(date +%s.%N)
-# Adam with the learning rate annealed to 0 over the 6 epochs: 92.3% on two seeds, ~2 minutes on
+# Adam with the learning rate annealed to 0 over the 6 epochs: 92.3% on two seeds, 80-90 s on
 # the 2-core CPU machine (docs/BENCHMARKS.md)
 ./build/tools/nabla train --model cnn --data fashion-mnist --epochs 6 --device auto --schedule cosine "$@"
 awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "main: took %.1f s\n", e - s }'

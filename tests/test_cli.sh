@@ -68,6 +68,24 @@ for a in direct winograd; do
     fi
 done
 
+# ---- --memory-format: the CPU's default (auto) makes the image batches channels-last; the two
+# layouts' kernels are different code, and train the same model to the same test loss ----
+if grep -q 'threads, channels-last, cpu convolutions' ca.txt; then pass "train's default on the CPU: channels-last"
+else fail "train's header does not say channels-last by default: $(head -1 ca.txt)"; fi
+for mf in contiguous channels_last; do
+    "$nabla" train --model cnn --data fashion-mnist --data-dir "$data" --epochs 1 --limit 256 --batch-size 64 \
+        --device cpu --seed 3 --memory-format "$mf" > "mf-$mf.txt" 2> mf.err || fail "train --memory-format $mf: $(cat mf.err)"
+done
+l_nchw=$(grep -o 'test loss [0-9.]*' mf-contiguous.txt | grep -o '[0-9.]*$')
+l_cl=$(grep -o 'test loss [0-9.]*' mf-channels_last.txt | grep -o '[0-9.]*$')
+if grep -q 'threads, contiguous,' mf-contiguous.txt && grep -q 'threads, channels-last,' mf-channels_last.txt &&
+   awk -v a="$l_nchw" -v b="$l_cl" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-3 * a) }'; then
+    pass "train --memory-format contiguous / channels_last: test loss $l_nchw / $l_cl"
+else
+    fail "train --memory-format: test loss $l_nchw (contiguous) against $l_cl (channels_last)"
+fi
+expect 2 'unknown --memory-format "nhwc"' "$nabla" train --model cnn --data-dir "$data" --memory-format nhwc
+
 train_line=$(grep -o 'test loss [0-9.]* accuracy [0-9.]*' train.txt)
 eval_line=$("$nabla" eval --model mlp --data fashion-mnist --data-dir "$data" --load ck.safetensors 2>&1)
 if [[ -n "$train_line" && "$eval_line" == "$train_line" ]]; then pass "eval: $eval_line"

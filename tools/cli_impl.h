@@ -21,7 +21,8 @@ typedef struct cli_opts {
     const char *save, *resume, *metrics, *load;
     const char *format;      /* bench: table | csv | json */
     const char *profile;     /* bench: NULL, "host" or "sync" (per-op table on stderr) */
-    const char *memory_format; /* bench: "contiguous" (default) or "channels_last" */
+    const char *memory_format; /* bench: "contiguous" (default) or "channels_last"; train, eval: also
+                                * "auto" (the default: channels_last on the CPU) */
     const char *conv_algo;     /* bench, train: "auto", "direct" or "winograd" (NULL: nb_get_conv_algo's) */
     const char *cuda_graph;       /* bench: "on" or "off" (NULL: off), the step as a CUDA graph */
     const char *step_in_backward; /* bench: "on" or "off" (NULL: off), nb_optim_step_in_backward */
@@ -51,13 +52,22 @@ int cli_check_model(const char *name);
 /* --conv-algo NAME (NULL: unchanged) through nb_set_conv_algo; a usage error for an unknown name. */
 int cli_set_conv_algo(const char *cmd, const char *name);
 
+/* train and eval's --memory-format: CLI_OK for NULL, "auto", "contiguous" or "channels_last",
+ * else a one-line error and CLI_USAGE. */
+int cli_check_memory_format(const char *cmd, const cli_opts *o);
+/* Whether train and eval make the image batches channels-last on dev: channels_last, or auto
+ * (the default) on the CPU, whose layers then keep that layout (CUDA makes such inputs
+ * contiguous). */
+bool cli_channels_last(const cli_opts *o, nb_device dev);
+
 /* The train or test split of the --data set; limit > 0 keeps the first limit samples. */
 nb_dataset *cli_dataset(const cli_opts *o, bool train, int64_t limit);
 /* Loader parameters for the data set (normalisation of --data). */
 nb_data_loader_params cli_loader_params(const cli_opts *o, int64_t batch, bool shuffle, nb_device dev);
 /* A model for the data set's samples, initialised from seed. */
 nb_module *cli_model(const char *name, const nb_dataset *d, uint64_t seed, nb_device dev);
-/* Mean cross-entropy and accuracy of m over the test set d. */
+/* Mean cross-entropy and accuracy of m over the test set d (the batches channels-last as
+ * cli_channels_last says). */
 nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev, double *loss,
                        double *acc);
 /* Loads the "model." entries of checkpoint map ck into m (strict). */

@@ -82,10 +82,11 @@ nb_module *cli_model(const char *name, const nb_dataset *d, uint64_t seed, nb_de
 }
 
 /* One batch: adds the summed loss and the correct count. */
-static nb_status eval_batch(nb_module *m, nb_tensor *x, nb_tensor *y, double *loss, int64_t *correct)
+static nb_status eval_batch(nb_module *m, nb_tensor *x, nb_tensor *y, bool cl, double *loss, int64_t *correct)
 {
     nb_cross_entropy_params cp = nb_cross_entropy_params_default();
     cp.reduction = NB_REDUCE_SUM;
+    if (cl && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST))) return nb_last_status();
     nb_tensor *logits = nb_module_forward(m, x);
     nb_tensor *l = logits ? nb_cross_entropy(logits, y, &cp) : NULL;
     nb_tensor *pred = logits ? nb_argmax(logits, 1, false) : NULL;
@@ -101,6 +102,7 @@ static nb_status eval_batch(nb_module *m, nb_tensor *x, nb_tensor *y, double *lo
 nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device dev, double *loss,
                        double *acc)
 {
+    bool cl = cli_channels_last(o, dev);
     nb_data_loader_params p = cli_loader_params(o, 1000, false, dev);
     nb_data_loader *l = nb_data_loader_create(d, &p);
     if (!l) return nb_last_status();
@@ -115,7 +117,7 @@ nb_status cli_evaluate(nb_module *m, nb_dataset *d, const cli_opts *o, nb_device
         st = nb_data_loader_next(l, &x, &y, &done);
         if (st == NB_OK && !done) {
             n += nb_tensor_shape(y)[0];
-            st = eval_batch(m, x, y, &sum, &correct);
+            st = eval_batch(m, x, y, cl, &sum, &correct);
         }
         nb_scope_end(s);
         if (done) break;
@@ -171,7 +173,8 @@ void cli_json_num(FILE *f, const char *key, double v, bool last)
 int cmd_eval(int argc, char **argv)
 {
     cli_opts o;
-    int rc = cli_parse(argc, argv, 2, "eval", "--model --data --data-dir --load --device --threads", &o);
+    int rc = cli_parse(argc, argv, 2, "eval", "--model --data --data-dir --load --device --threads --memory-format",
+                       &o);
     if (rc != CLI_OK) return rc;
     if (!o.model) return cli_fail(CLI_USAGE, "eval: --model is required");
     if (!o.load) return cli_fail(CLI_USAGE, "eval: --load is required");
@@ -181,6 +184,7 @@ int cmd_eval(int argc, char **argv)
     if ((rc = cli_check_model(o.model)) != CLI_OK) return rc;
     nb_device dev;
     if (nb_device_parse(o.device, &dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "eval");
+    if ((rc = cli_check_memory_format("eval", &o)) != CLI_OK) return rc;
     if (o.threads > 0 && nb_set_num_threads((int)o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "eval");
     nb_tensor_map *ck = NULL;
     if (cli_checkpoint_load(o.load, &ck) != NB_OK) return cli_fail_nb(CLI_RUNTIME, "eval");

@@ -19,6 +19,7 @@
 typedef struct trainer {
     cli_opts o;
     nb_device dev;
+    bool cl; /* the image batches made channels-last (cli_channels_last) */
     nb_dataset *train, *test;
     nb_module *m;
     nb_optim *opt;
@@ -105,6 +106,7 @@ static int setup(trainer *t)
     if (nb_device_parse(t->o.device, &t->dev) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
     if (t->o.threads > 0 && nb_set_num_threads((int)t->o.threads) != NB_OK) return cli_fail_nb(CLI_USAGE, "train");
     if ((rc = cli_set_conv_algo("train", t->o.conv_algo)) != CLI_OK) return rc;
+    t->cl = cli_channels_last(&t->o, t->dev);
     if (t->o.resume && (rc = read_resume(t)) != CLI_OK) return rc;
     if (t->rank == 0 && t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
         return cli_fail(CLI_RUNTIME, "train: cannot open %s for writing", t->o.metrics);
@@ -149,6 +151,7 @@ static void progress(const trainer *t, int64_t epoch, int64_t b, int64_t nb, dou
 /* One training step on (x, y): adds the batch's mean loss to *sum. */
 static nb_status step(trainer *t, nb_tensor *x, nb_tensor *y, double *sum)
 {
+    if (t->cl && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST))) return nb_last_status();
     nb_tensor *logits = t->ddp ? nb_ddp_forward(t->ddp, x) : nb_module_forward(t->m, x);
     nb_tensor *loss = logits ? nb_cross_entropy(logits, y, NULL) : NULL;
     double v = 0;
@@ -261,10 +264,10 @@ static void header(const trainer *t)
 {
     char dev[32];
     nb_device_str(t->dev, dev, sizeof dev);
-    printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads%s%s\n", t->o.model,
+    printf("training %s (%lld parameters) on %s: %lld samples, %s%s, device %s, %d threads, %s%s%s\n", t->o.model,
            (long long)nb_module_num_parameters(t->m), t->o.data, (long long)nb_dataset_size(t->train),
            t->o.optimizer, t->sched ? " with cosine schedule" : "", dev, nb_get_num_threads(),
-           t->dev.type == NB_DEVICE_CPU ? ", cpu convolutions " : "",
+           t->cl ? "channels-last" : "contiguous", t->dev.type == NB_DEVICE_CPU ? ", cpu convolutions " : "",
            t->dev.type == NB_DEVICE_CPU ? nb_conv_algo_name(nb_get_conv_algo()) : "");
     if (t->pg)
         printf("data parallel over %d process%s (MPI): batch %lld per process, global batch %lld, %lld samples per "
@@ -279,10 +282,12 @@ int cmd_train(int argc, char **argv)
     trainer t = {.size = 1};
     int rc = cli_parse(argc, argv, 2, "train",
                        "--model --data --data-dir --epochs --batch-size --lr --optimizer --device --threads "
-                       "--seed --save --resume --metrics --limit --schedule --stop-after --conv-algo --dist --bptt --clip",
+                       "--seed --save --resume --metrics --limit --schedule --stop-after --conv-algo --memory-format --dist "
+                       "--bptt --clip",
                        &t.o);
     if (rc != CLI_OK) return rc;
     if (!t.o.model) return cli_fail(CLI_USAGE, "train: --model is required");
+    if ((rc = cli_check_memory_format("train", &t.o)) != CLI_OK) return rc;
     /* the same bits every run with the same settings, resumed or not (NABLA_DETERMINISTIC=0: the
      * CPU tuners may time their ways) */
     if (!getenv("NABLA_DETERMINISTIC")) nb_set_deterministic(true);
