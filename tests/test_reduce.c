@@ -326,6 +326,45 @@ static void test_fast_vs_reference(void **state)
     nb_scope_end(s);
 }
 
+/* A dense tensor laid out in another order than its dims (channels-last [N, C, H, W]: memory
+ * order N, H, W, C) is reduced in memory order (the reduced dims sorted by stride): sums, means,
+ * norms, variances and extremes over several dims against the same values laid out row-major;
+ * argmax / argmin over the flattened tensor keep the row-major position (the exact same
+ * answer), as nb_max_dim's indices do. */
+static void test_permuted_dense(void **state)
+{
+    static const int64_t sets[][4] = {{0, 1, 2, 3}, {0, 2, 3, -1}, {1, -1}, {0, -1}, {2, 3, -1}, {1, 2, 3, -1}};
+    nb_scope *s = nb_scope_begin();
+    nb_generator *g = nb_generator_create(9);
+    nb_tensor_params p = nb_tensor_params_default();
+    p.generator = g;
+    for (int f64 = 0; f64 < 2; f64++) {
+        p.dtype = f64 ? NB_FLOAT64 : NB_FLOAT32;
+        nb_tensor *x = NBT_CHECK(nb_randn((int64_t[]){6, 5, 7, 9}, 4, &p));
+        nb_tensor *y = NBT_CHECK(nb_contiguous_format(x, NB_CHANNELS_LAST));
+        assert_false(nb_tensor_is_contiguous(y));
+        double rtol = f64 ? 1e-12 : 1e-5;
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+            int nd = 0;
+            while (nd < 4 && sets[k][nd] >= 0) nd++;
+            const int64_t *d = sets[k];
+            nbt_assert_close(nb_sum(y, d, nd, false), nb_sum(x, d, nd, false), rtol, rtol, "permuted sum");
+            nbt_assert_close(nb_mean(y, d, nd, true), nb_mean(x, d, nd, true), rtol, rtol, "permuted mean");
+            nbt_assert_close(nb_norm(y, 2, d, nd, false), nb_norm(x, 2, d, nd, false), rtol, rtol, "permuted norm");
+            nbt_assert_close(nb_var(y, d, nd, 1, false), nb_var(x, d, nd, 1, false), rtol, rtol, "permuted var");
+        }
+        nbt_assert_close(nb_max(y), nb_max(x), 0, 0, "permuted max");
+        nbt_assert_close(nb_argmax(y, NB_DIM_NONE, false), nb_argmax(x, NB_DIM_NONE, false), 0, 0, "permuted argmax");
+        nbt_assert_close(nb_argmin(y, NB_DIM_NONE, false), nb_argmin(x, NB_DIM_NONE, false), 0, 0, "permuted argmin");
+        nb_tensor *iy = NULL, *ix = NULL;
+        nbt_assert_close(NBT_CHECK(nb_max_dim(y, 1, false, &iy)), NBT_CHECK(nb_max_dim(x, 1, false, &ix)), 0, 0,
+                         "permuted max_dim");
+        nbt_assert_close(iy, ix, 0, 0, "permuted max_dim indices");
+    }
+    nb_generator_free(g);
+    nb_scope_end(s);
+}
+
 /* A softmax row's values sum to 1 and exp(log_softmax) is softmax, on long float32 rows that take
  * the vectorised path with and without a tail. */
 static void test_softmax_properties(void **state)
@@ -471,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_softmax_properties),
         cmocka_unit_test(test_softmax_f32_vs_f64),
         cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_permuted_dense),
         cmocka_unit_test(test_reference),
     };
     return NBT_RUN(tests);

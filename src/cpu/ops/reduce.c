@@ -39,25 +39,21 @@ typedef struct rplan {
     int64_t nout, nred;
 } rplan;
 
-static void plan_init(rplan *p, const nb_kargs *a)
+/* any_order: the result does not depend on the order the reduced elements are visited in (all
+ * but the positions of ARGMAX/ARGMIN and of MAX/MIN's out2), so the reduced dims are taken
+ * outermost stride first, as memory holds them: a channels-last tensor's sum over all its dims
+ * is then one contiguous run, not three strided ones (10 ms -> 0.5 ms on [128, 32, 28, 28]). */
+static void plan_init(rplan *p, const nb_kargs *a, bool any_order)
 {
     const nb_tensor *in = a->in[0], *out = a->out, *o2 = a->out2;
     memset(p, 0, sizeof *p);
     p->nout = p->nred = 1;
+    int rd[NB_MAX_DIMS], nrd = 0; /* the reduced dims of size > 1, in the order they are merged */
     for (int d = 0; d < in->ndim; d++) {
         int64_t n = in->shape[d], si = in->strides[d];
         if (a->dim_mask >> d & 1) {
             p->nred *= n;
-            if (n <= 1) continue; /* size 0: nred or nout is 0 and no loop runs */
-            int r = p->nr;
-            if (r && p->rin[r - 1] == si * n) {
-                p->rs[r - 1] *= n;
-                p->rin[r - 1] = si;
-            } else {
-                p->rs[r] = n;
-                p->rin[r] = si;
-                p->nr++;
-            }
+            if (n > 1) rd[nrd++] = d; /* size 0: nred or nout is 0 and no loop runs */
         } else {
             p->nout *= n;
             if (n <= 1) continue;
@@ -75,6 +71,25 @@ static void plan_init(rplan *p, const nb_kargs *a)
                 p->ko2[k] = s2;
                 p->nk++;
             }
+        }
+    }
+    if (any_order) /* insertion sort, stable: larger |stride| first */
+        for (int i = 1; i < nrd; i++)
+            for (int j = i; j > 0 && llabs(in->strides[rd[j - 1]]) < llabs(in->strides[rd[j]]); j--) {
+                int t = rd[j];
+                rd[j] = rd[j - 1];
+                rd[j - 1] = t;
+            }
+    for (int i = 0; i < nrd; i++) {
+        int64_t n = in->shape[rd[i]], si = in->strides[rd[i]];
+        int r = p->nr;
+        if (r && p->rin[r - 1] == si * n) {
+            p->rs[r - 1] *= n;
+            p->rin[r - 1] = si;
+        } else {
+            p->rs[r] = n;
+            p->rin[r] = si;
+            p->nr++;
         }
     }
 }
@@ -692,7 +707,8 @@ nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a)
         return nb__err(NB_ERR_DTYPE, "%s: dtype %s is not supported on the CPU", nb__op_name(op),
                        nb_dtype_name(in->dtype));
     rplan p;
-    plan_init(&p, a);
+    bool positions = op == NB_OP_ARGMAX || op == NB_OP_ARGMIN || a->out2;
+    plan_init(&p, a, !positions);
     if (p.nout == 0) return NB_OK;
     bool extreme = op == NB_OP_MAX || op == NB_OP_MIN || op == NB_OP_ARGMAX || op == NB_OP_ARGMIN;
     if (extreme && p.nred == 0)
