@@ -327,7 +327,7 @@ nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a)
 #ifdef NB_STREAM
     stream_ctx sc = {loop};
     nb_cpu_loop_fn nt = stream_loop(op, dt, a);
-    if (nt) {
+    if (nt && it.shape[it.ndim - 1] * (int64_t)nb_dtype_size(dt) >= NB_CPU_STREAM_MIN_RUN) {
         loop = nt;
         ctx = &sc;
     }

@@ -315,7 +315,9 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     if (a->out->dtype == a->in[0]->dtype) {
         nb_cpu_loop_fn same = copy_same;
 #ifdef NB_STREAM
-        if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es)) same = copy_same_nt;
+        if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es) &&
+            it.shape[it.ndim - 1] * (int64_t)es >= NB_CPU_STREAM_MIN_RUN)
+            same = copy_same_nt;
 #endif
         nb_cpu_iter_run(&it, same, &es, 0);
         return NB_OK;
