@@ -98,7 +98,15 @@ static nb_status accumulate_leaf(nb_tensor *leaf, nb_tensor *g, bool steal)
         return NB_OK;
     }
     if (!leaf->grad) {
-        nb_tensor *c = nb_clone(g);
+        /* a channels-last leaf's first gradient is a channels-last copy (PyTorch's layout
+         * contract: a dense leaf's grad has the leaf's strides), whatever view the rule gave */
+        nb_tensor *c = NULL;
+        if (nb__is_channels_last(leaf) && !nb__is_channels_last(g)) {
+            nb_tensor *v = nb_contiguous_format(g, NB_CHANNELS_LAST);
+            c = v && v->storage == g->storage ? nb_clone(v) : v; /* a view of g: copied */
+        } else {
+            c = nb_clone(g);
+        }
         if (!c) return nb_last_status();
         leaf->grad = nb_tensor_retain(c);
         return NB_OK;

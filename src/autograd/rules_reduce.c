@@ -226,7 +226,8 @@ static nb_tensor *fused(nb_op op, nb_tensor *g, const nb_tensor *y, int64_t dim,
         g = nb_to_dtype(g, y->dtype);
         if (!g) return NULL;
     }
-    nb_tensor *out = nb__tensor_new(g->shape, g->ndim, g->dtype, g->storage->device);
+    const nb_tensor *refs[2] = {g, y}; /* the result laid out as they are (channels-last, say) */
+    nb_tensor *out = nb__tensor_new_as(nb__op_name(op), g->shape, g->ndim, g->dtype, g->storage->device, refs, 2);
     if (!out) return NULL;
     nb_kargs a = {.out = out, .in = {g, y}, .i0 = dim, .flag = flag};
     if (nb__dispatch(op, &a) != NB_OK) {

@@ -1,5 +1,6 @@
 /* Joining and splitting: cat, stack, split, split_with_sizes, chunk.
- * cat copies each input into a narrow of a new output (the COPY kernel on an alias of it) and
+ * cat copies each input into a narrow of a new output (the COPY kernel on an alias of it; the
+ * output channels-last when every input is, on the CPU, else contiguous) and
  * records one CAT node with an edge per input; stack is cat of unsqueezed inputs; the splits
  * return views (nb_narrow), whose gradient is the slice rule. */
 #include <stdlib.h>
@@ -99,7 +100,11 @@ nb_tensor *nb_cat(nb_tensor *const *tensors, int n, int64_t dim)
     int ndim = 0, first = -1;
     nb_dtype dtype = NB_FLOAT32;
     if (cat_shape(tensors, n, dim, shape, &ndim, &d, &dtype, &first) != NB_OK) return NULL;
-    nb_tensor *out = nb__tensor_new(shape, ndim, dtype, tensors[0]->storage->device);
+    /* channels-last inputs give a channels-last result (PyTorch's cat keeps the inputs' common
+     * memory format), so that a network's layers after it stay on their channels-last kernels */
+    bool cl = first >= 0 && ndim == 4;
+    for (int i = 0; cl && i < n; i++) cl = cat_skips(tensors[i]) || nb__keeps_channels_last(tensors[i]);
+    nb_tensor *out = nb__tensor_new_format("cat", shape, ndim, dtype, tensors[0]->storage->device, cl);
     if (!out) return NULL;
     nb_status st = first >= 0 ? cat_fill(out, tensors, n, d) : NB_OK;
     if (st == NB_OK) st = cat_record(out, tensors, n, first >= 0 ? d : -1);

@@ -9,7 +9,7 @@ static nb_tensor *softmax_like(nb_op op, const char *name, const nb_tensor *t, i
                             nb_dtype_name(t->dtype));
     int64_t d;
     if (nb__wrap_dim(name, dim, t->ndim, &d) != NB_OK) return NULL;
-    nb_tensor *out = nb__tensor_new(t->shape, t->ndim, t->dtype, t->storage->device);
+    nb_tensor *out = nb__tensor_new_as(name, t->shape, t->ndim, t->dtype, t->storage->device, &t, 1);
     if (!out) return NULL;
     nb_kargs a = {.out = out, .in = {t}, .i0 = d};
     nb_status st = nb__dispatch(op, &a);

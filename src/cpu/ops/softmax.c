@@ -5,10 +5,11 @@
  *   LOG_SOFTMAX_BACKWARD  in = (g, y): out = g - exp(y) * sum(g)
  * All shapes equal out's (inputs may be expanded: stride 0). A "line" is the 1-D slice along i0
  * at one position of the other dims; lines are independent and split across threads.
- * Paths: the reference walks each line through strides and computes in double. Fast paths take
- * contiguous inputs: float32 rows (i0 the last dim) with AVX-512, three passes over a row that
+ * Paths: the reference walks each line through strides and computes in double. Fast paths:
+ * float32 rows (lines of unit stride on every operand: i0 the last dim of contiguous operands, or
+ * the channels of channels-last ones) with AVX-512, three passes over a row that
  * stays in L1 (max; exp, store and sum in double; scale) with a float32 exp accurate to about
- * 1 ulp; and, when i0 is not the last dim, blocks of columns of [outer, D, inner] that run the
+ * 1 ulp; and, for contiguous operands with i0 not the last dim, blocks of columns of [outer, D, inner] that run the
  * same passes down the columns while reading memory along rows. A NaN in a line makes the whole
  * line NaN, as in PyTorch. The backward takes an AVX-512 pass for contiguous float32 rows of
  * log_softmax (two passes: sum g; g - exp(y) sum), else the reference path. Without AVX-512
@@ -467,7 +468,10 @@ static nb_status forward(nb_op op, const nb_kargs *a)
     if (l.n == 0 || l.D == 0) return NB_OK;
     int64_t inner = 1;
     for (int d = (int)a->i0 + 1; d < out->ndim; d++) inner *= out->shape[d];
-    bool contig = nb__is_contiguous(in) && nb__is_contiguous(out), rows = contig && inner == 1;
+    bool contig = nb__is_contiguous(in) && nb__is_contiguous(out);
+    /* rows: every line runs with unit stride on both sides (the last dim of contiguous operands,
+     * or the channels of channels-last ones), wherever the lines start */
+    bool rows = l.sd[0] == 1 && l.sd[1] == 1;
     int nt = nb_cpu_threads_for(l.n * l.D, 0);
     if (contig && inner > 1) {
         columns(in, out, l.D, inner, lg, nt);
@@ -480,8 +484,8 @@ static nb_status forward(nb_op op, const nb_kargs *a)
         (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
-            const float *x = (const float *)ib + r * l.D;
-            float *y = (float *)ob + r * l.D;
+            const float *x = (const float *)ib + (contig ? r * l.D : line_off(&l, 1, r));
+            float *y = (float *)ob + (contig ? r * l.D : line_off(&l, 0, r));
 #if defined(__x86_64__)
             if (v512) {
                 row_f32_avx512(x, y, l.D, lg);
@@ -515,15 +519,16 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     char *ob = nb__data(out);
     const char *gb = nb__data(a->in[0]), *yb = nb__data(a->in[1]);
     bool f32 = out->dtype == NB_FLOAT32;
-    bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1 && nb__is_contiguous(out) &&
-                nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
+    bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1; /* unit-stride lines, as forward's */
+    bool contig = nb__is_contiguous(out) && nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
     if (f32 && lg && rows) {
         bool v512 = nb_cpu_avx512();
         (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
-            const float *g = (const float *)gb + r * l.D, *y = (const float *)yb + r * l.D;
-            float *o = (float *)ob + r * l.D;
+            const float *g = (const float *)gb + (contig ? r * l.D : line_off(&l, 1, r));
+            const float *y = (const float *)yb + (contig ? r * l.D : line_off(&l, 2, r));
+            float *o = (float *)ob + (contig ? r * l.D : line_off(&l, 0, r));
 #if defined(__x86_64__)
             if (v512) {
                 lsm_bwd_f32_avx512(g, y, o, l.D);
