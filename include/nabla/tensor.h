@@ -143,7 +143,7 @@ NB_API nb_tensor *nb_contiguous(const nb_tensor *t);
 /* How a dense 4-D [N, C, H, W] tensor lays its elements out (torch.memory_format):
  * NB_CONTIGUOUS_FORMAT is row-major NCHW; NB_CHANNELS_LAST keeps the logical shape but strides
  * [H*W*C, 1, W*C, C], so that a pixel's channels are adjacent (NHWC in memory). On the CPU,
- * convolution, batch norm, pooling and the elementwise ops keep a channels-last input's layout in
+ * convolution, batch norm, pooling, softmax, cat and the elementwise ops keep a channels-last input's layout in
  * their results and gradients, and the float32 convolution then runs oneDNN's NHWC kernels with
  * no layout conversion between layers. Other ops (and the CUDA backend) accept it as any strided
  * tensor. */
