@@ -133,6 +133,12 @@ AVX2 static inline void t8x8(const uint32_t *src, int64_t ldi, uint32_t *dst, in
     }
 }
 
+/* Eight floats picked from three vectors: x permuted by ix, then the lanes of mask my from y
+ * permuted by iy, then those of mz from z permuted by iz (the masks: blend immediates). */
+#define PICK3(x, ix, y, iy, my, z, iz, mz)                                                                         \
+    _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(x, ix), _mm256_permutevar8x32_ps(y, iy), my),       \
+                    _mm256_permutevar8x32_ps(z, iz), mz)
+
 /* dst[3 j + i] = src[i ldi + j] for i < 3 and j < cols. */
 AVX2 static void interleave3(const uint32_t *src, int64_t ldi, uint32_t *dst, int64_t cols)
 {
@@ -148,15 +154,9 @@ AVX2 static void interleave3(const uint32_t *src, int64_t ldi, uint32_t *dst, in
         __m256 a = _mm256_loadu_ps((const float *)(src + j)), b = _mm256_loadu_ps((const float *)(src + ldi + j));
         __m256 c = _mm256_loadu_ps((const float *)(src + 2 * ldi + j));
         float *o = (float *)(dst + 3 * j);
-        _mm256_storeu_ps(o, _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(a, ia[0]),
-                                                            _mm256_permutevar8x32_ps(b, ib[0]), 0x92),
-                                            _mm256_permutevar8x32_ps(c, ic[0]), 0x24));
-        _mm256_storeu_ps(o + 8, _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(a, ia[1]),
-                                                                _mm256_permutevar8x32_ps(b, ib[1]), 0x24),
-                                                _mm256_permutevar8x32_ps(c, ic[1]), 0x49));
-        _mm256_storeu_ps(o + 16, _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(a, ia[2]),
-                                                                 _mm256_permutevar8x32_ps(b, ib[2]), 0x49),
-                                                 _mm256_permutevar8x32_ps(c, ic[2]), 0x92));
+        _mm256_storeu_ps(o, PICK3(a, ia[0], b, ib[0], 0x92, c, ic[0], 0x24));
+        _mm256_storeu_ps(o + 8, PICK3(a, ia[1], b, ib[1], 0x24, c, ic[1], 0x49));
+        _mm256_storeu_ps(o + 16, PICK3(a, ia[2], b, ib[2], 0x49, c, ic[2], 0x92));
     }
     for (; j < cols; j++)
         for (int i = 0; i < 3; i++) dst[3 * j + i] = src[i * ldi + j];
@@ -176,15 +176,9 @@ AVX2 static void deinterleave3(const uint32_t *src, uint32_t *dst, int64_t ldo, 
     for (; i + 8 <= rows; i += 8) {
         const float *p = (const float *)(src + 3 * i);
         __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8), v2 = _mm256_loadu_ps(p + 16);
-#define DEINTERLEAVE_ONE(J, M1, M2)                                                                            \
-    _mm256_storeu_ps((float *)(dst + (J) * ldo + i),                                                           \
-                     _mm256_blend_ps(_mm256_blend_ps(_mm256_permutevar8x32_ps(v0, i0[J]),                      \
-                                                     _mm256_permutevar8x32_ps(v1, i1[J]), M1),                 \
-                                     _mm256_permutevar8x32_ps(v2, i2[J]), M2))
-        DEINTERLEAVE_ONE(0, 0x38, 0xc0);
-        DEINTERLEAVE_ONE(1, 0x18, 0xe0);
-        DEINTERLEAVE_ONE(2, 0x1c, 0xe0);
-#undef DEINTERLEAVE_ONE
+        _mm256_storeu_ps((float *)(dst + i), PICK3(v0, i0[0], v1, i1[0], 0x38, v2, i2[0], 0xc0));
+        _mm256_storeu_ps((float *)(dst + ldo + i), PICK3(v0, i0[1], v1, i1[1], 0x18, v2, i2[1], 0xe0));
+        _mm256_storeu_ps((float *)(dst + 2 * ldo + i), PICK3(v0, i0[2], v1, i1[2], 0x1c, v2, i2[2], 0xe0));
     }
     for (; i < rows; i++)
         for (int j = 0; j < 3; j++) dst[j * ldo + i] = src[3 * i + j];
