@@ -327,7 +327,8 @@ static void test_fast_vs_reference(void **state)
 }
 
 /* A dense tensor laid out in another order than its dims (channels-last [N, C, H, W]: memory
- * order N, H, W, C) is reduced in memory order (the reduced dims sorted by stride): sums, means,
+ * order N, H, W, C) is reduced in memory order (dims sorted by stride; over dim 0 into a scratch
+ * output in the input's order, then copied): sums, means,
  * norms, variances and extremes over several dims against the same values laid out row-major;
  * argmax / argmin over the flattened tensor keep the row-major position (the exact same
  * answer), as nb_max_dim's indices do. */
@@ -360,6 +361,16 @@ static void test_permuted_dense(void **state)
         nbt_assert_close(NBT_CHECK(nb_max_dim(y, 1, false, &iy)), NBT_CHECK(nb_max_dim(x, 1, false, &ix)), 0, 0,
                          "permuted max_dim");
         nbt_assert_close(iy, ix, 0, 0, "permuted max_dim indices");
+        /* broadcast (stride-0) dims, outermost or inner, against the same values made whole */
+        nb_tensor *r = NBT_CHECK(nb_randn((int64_t[]){1, 300}, 2, &p)), *c = NBT_CHECK(nb_randn((int64_t[]){40, 1}, 2, &p));
+        nb_tensor *er = NBT_CHECK(nb_expand(r, (int64_t[]){40, 300}, 2)), *ec = NBT_CHECK(nb_expand(c, (int64_t[]){40, 300}, 2));
+        nb_tensor *wr = NBT_CHECK(nb_contiguous(er)), *wc = NBT_CHECK(nb_contiguous(ec));
+        for (int k = 0; k < 3; k++) {
+            int64_t dk = k == 2 ? 0 : k;
+            int nk = k == 2 ? 0 : 1;
+            nbt_assert_close(nb_sum(er, &dk, nk, false), nb_sum(wr, &dk, nk, false), rtol, rtol, "broadcast row sum");
+            nbt_assert_close(nb_sum(ec, &dk, nk, false), nb_sum(wc, &dk, nk, false), rtol, rtol, "broadcast column sum");
+        }
     }
     nb_generator_free(g);
     nb_scope_end(s);
