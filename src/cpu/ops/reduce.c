@@ -11,8 +11,8 @@
  *   ALL ANY       bool out (uint8 out for uint8 input, as PyTorch)
  * Paths: a plain reference that walks each output's reduced elements through strides (every op,
  * every dtype, computed in double / int64), and fast paths for float32 / float64 SUM MEAN MAX MIN
- * NORM(p = 1, 2) and, inner mode only, VAR (two passes: the mean, then squared deviations) when
- * the innermost memory run is contiguous:
+ * NORM(p = 1, 2) and VAR (two passes: the mean, then squared deviations) when the innermost
+ * memory run is contiguous:
  *   inner: the run is reduced: each output sums whole runs (vectorised; float32 in double);
  *   outer: the run is kept: input rows accumulate into a vector of outputs, so that a reduction
  *          over dim 0 of [N, C] reads memory in order instead of striding per output.
@@ -469,10 +469,11 @@ static double run_f32(fop f, const float *x, int64_t n, double shift)
     return run_f32_generic(f, x, n, shift);
 }
 
-/* acc[j] (op)= x_r[j] for the nrows rows given; NaN propagates for MAX / MIN. */
+/* acc[j] (op)= x_r[j] for the nrows rows given; NaN propagates for MAX / MIN; F_SQDEV adds
+ * (x_r[j] - sh[j])^2 (sh: the columns' means). */
 #define ROWS_FN(NAME, T)                                                                         \
     NB_CLONES static void NAME(fop f, double *restrict acc, const T *const *rows, int nrows,     \
-                               int64_t n)                                                        \
+                               int64_t n, const double *restrict sh)                             \
     {                                                                                            \
         for (int r = 0; r < nrows; r++) {                                                        \
             const T *restrict x = rows[r];                                                       \
@@ -492,7 +493,12 @@ static double run_f32(fop f, const float *x, int64_t n, double shift)
                     acc[j] = (v < acc[j] || v != v) && acc[j] == acc[j] ? v : acc[j];            \
                 }                                                                                \
                 break;                                                                           \
-            default: break; /* F_SQDEV: inner mode only */                                       \
+            case F_SQDEV:                                                                        \
+                for (int64_t j = 0; j < n; j++) {                                                \
+                    double v = (double)x[j] - sh[j];                                             \
+                    acc[j] += v * v;                                                             \
+                }                                                                                \
+                break;                                                                           \
             }                                                                                    \
         }                                                                                        \
     }
@@ -504,7 +510,8 @@ typedef struct fast {
     nb_op op;
     bool f32, sqrt; /* sqrt: VAR computing std */
     int64_t correction;
-    double shift; /* F_SQDEV: the mean of the output being reduced */
+    double shift;         /* F_SQDEV in inner mode: the mean of the output being reduced */
+    const double *shifts; /* F_SQDEV in outer mode: the means of the block's columns */
     const char *in;
     char *out;
     int64_t es;
@@ -627,14 +634,15 @@ static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, i
         if (avx) rows_add_f32_avx512(acc, (const float *const *)rows, nrows, cw);
         else
 #endif
-        if (c->f32) rows_f32(c->f, acc, (const float *const *)rows, nrows, cw);
-        else rows_f64(c->f, acc, (const double *const *)rows, nrows, cw);
+        if (c->f32) rows_f32(c->f, acc, (const float *const *)rows, nrows, cw, c->shifts);
+        else rows_f64(c->f, acc, (const double *const *)rows, nrows, cw, c->shifts);
         nrows = 0;
     }
 }
 
 static nb_status outer_mode(const fast *c, const rplan *p)
 {
+    bool var = c->op == NB_OP_VAR;
     int nt = nb_cpu_threads_for(p->nout * p->nred, 0);
     int64_t K = p->ks[p->nk - 1], nko = p->nout / K, bw = (K + nt - 1) / nt;
     bw = bw < OUTER_CW_MIN ? OUTER_CW_MIN : bw > OUTER_CW ? OUTER_CW : bw;
@@ -643,34 +651,50 @@ static nb_status outer_mode(const fast *c, const rplan *p)
     if (items >= nt || p->nred < 2 * nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t it = 0; it < items; it++) {
-            double acc[OUTER_CW];
+            double acc[OUTER_CW], mean[OUTER_CW];
             int64_t ko = it / nch, c0 = (it % nch) * bw, cw = K - c0 < bw ? K - c0 : bw;
+            fast m = *c;
+            if (var) { /* the columns' means, then the squared deviations from them */
+                m.f = F_ADD;
+                for (int64_t j = 0; j < cw; j++) acc[j] = 0;
+                outer_block(&m, p, ko, c0, cw, 0, p->nred, acc);
+                for (int64_t j = 0; j < cw; j++) mean[j] = acc[j] / (double)p->nred;
+                m.f = F_SQDEV;
+                m.shifts = mean;
+            }
             for (int64_t j = 0; j < cw; j++) acc[j] = init;
-            outer_block(c, p, ko, c0, cw, 0, p->nred, acc);
+            outer_block(&m, p, ko, c0, cw, 0, p->nred, acc);
             for (int64_t j = 0; j < cw; j++) fast_store(c, p, ko * K + c0 + j, acc[j]);
         }
         return NB_OK;
     }
     /* few columns, many rows: each thread takes a share of the rows */
-    double *part = malloc((size_t)nt * OUTER_CW * sizeof *part);
+    double *part = malloc((size_t)(nt + 1) * OUTER_CW * sizeof *part), *mean = part + (size_t)nt * OUTER_CW;
     if (!part) return nb__err(NB_ERR_OOM, "%s: out of memory", nb__op_name(c->op));
     for (int64_t it = 0; it < items; it++) {
         int64_t ko = it / nch, c0 = (it % nch) * bw, cw = K - c0 < bw ? K - c0 : bw;
-        for (int k = 0; k < nt; k++) /* a thread the runtime does not give leaves its share at init */
-            for (int64_t j = 0; j < cw; j++) part[(int64_t)k * OUTER_CW + j] = init;
+        for (int pass = var ? 0 : 1; pass < 2; pass++) { /* VAR: pass 0 the columns' means */
+            fast m = *c;
+            m.f = pass == 0 ? F_ADD : c->f;
+            m.shifts = mean;
+            double start = pass == 0 ? 0 : init;
+            for (int k = 0; k < nt; k++) /* a thread the runtime does not give leaves its share at start */
+                for (int64_t j = 0; j < cw; j++) part[(int64_t)k * OUTER_CW + j] = start;
 #pragma omp parallel num_threads(nt)
-        {
+            {
 #ifdef _OPENMP
-            int t = omp_get_thread_num(), n = omp_get_num_threads();
+                int t = omp_get_thread_num(), n = omp_get_num_threads();
 #else
-            int t = 0, n = 1;
+                int t = 0, n = 1;
 #endif
-            outer_block(c, p, ko, c0, cw, p->nred * t / n, p->nred * (t + 1) / n, part + (int64_t)t * OUTER_CW);
-        }
-        for (int64_t j = 0; j < cw; j++) {
-            double acc = init;
-            for (int k = 0; k < nt; k++) acc = f_combine(c->f, acc, part[(int64_t)k * OUTER_CW + j]);
-            fast_store(c, p, ko * K + c0 + j, acc);
+                outer_block(&m, p, ko, c0, cw, p->nred * t / n, p->nred * (t + 1) / n, part + (int64_t)t * OUTER_CW);
+            }
+            for (int64_t j = 0; j < cw; j++) {
+                double acc = start;
+                for (int k = 0; k < nt; k++) acc = f_combine(m.f, acc, part[(int64_t)k * OUTER_CW + j]);
+                if (pass == 0) mean[j] = acc / (double)p->nred;
+                else fast_store(c, p, ko * K + c0 + j, acc);
+            }
         }
     }
     free(part);
@@ -706,7 +730,7 @@ static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *don
         *done = true;
         return inner_mode(&c, p);
     }
-    if (op != NB_OP_VAR && p->nk > 0 && p->kin[p->nk - 1] == 1 && p->ko[p->nk - 1] == 1) {
+    if (p->nk > 0 && p->kin[p->nk - 1] == 1 && p->ko[p->nk - 1] == 1) {
         *done = true;
         return outer_mode(&c, p);
     }
@@ -722,7 +746,7 @@ static nb_status via_scratch(nb_op op, const nb_kargs *a, bool *done)
     const nb_tensor *in = a->in[0], *out = a->out;
     *done = false;
     int nd = out->ndim;
-    if (op == NB_OP_VAR || a->out2 || nd != in->ndim || nd < 2 || !nb_dtype_is_floating(in->dtype) ||
+    if (a->out2 || nd != in->ndim || nd < 2 || !nb_dtype_is_floating(in->dtype) ||
         out->dtype != in->dtype)
         return NB_OK;
     bool unit_kept = false; /* the outer mode needs the input's unit-stride dim kept */
