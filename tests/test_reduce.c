@@ -231,6 +231,14 @@ static void test_hand(void **state)
     expect(nb_min_dim(t, 0, true, &idx), (double[]){1, 0, 2}, (int64_t[]){1, 3}, 2, "min_dim values");
     expect(idx, (double[]){0, 1, 1}, (int64_t[]){1, 3}, 2, "min_dim indices");
     NBT_CHECK(nb_max_dim(t, 0, false, NULL));
+    /* down the columns (the rows compared a block of columns at a time): the first of equal
+     * extremes, the first NaN, and a column of -inf */
+    const double cv[12] = {1, NAN, -INFINITY, 5, 1, -INFINITY, 5, NAN, -INFINITY, 2, 9, -INFINITY};
+    nb_tensor *cols = from(cv, (int64_t[]){4, 3}, 2, NB_FLOAT64);
+    expect(nb_argmax(cols, 0, false), (double[]){1, 0, 0}, &n3, 1, "argmax down columns");
+    expect(nb_argmin(cols, 0, false), (double[]){0, 0, 0}, &n3, 1, "argmin down columns");
+    NBT_CHECK(nb_max_dim(cols, 0, false, &idx));
+    expect(idx, (double[]){1, 0, 0}, &n3, 1, "max_dim indices down columns");
     /* empty inputs: the identities, as PyTorch */
     float none[1];
     nb_tensor *e = from(none, n0, 1, NB_FLOAT32);
@@ -361,6 +369,11 @@ static void test_permuted_dense(void **state)
         nbt_assert_close(NBT_CHECK(nb_max_dim(y, 1, false, &iy)), NBT_CHECK(nb_max_dim(x, 1, false, &ix)), 0, 0,
                          "permuted max_dim");
         nbt_assert_close(iy, ix, 0, 0, "permuted max_dim indices");
+        nbt_assert_close(NBT_CHECK(nb_min_dim(y, 0, true, &iy)), NBT_CHECK(nb_min_dim(x, 0, true, &ix)), 0, 0,
+                         "permuted min_dim");
+        nbt_assert_close(iy, ix, 0, 0, "permuted min_dim indices");
+        nbt_assert_close(nb_argmax(y, 1, false), nb_argmax(x, 1, false), 0, 0, "permuted argmax over dim 1");
+        nbt_assert_close(nb_argmin(y, 0, false), nb_argmin(x, 0, false), 0, 0, "permuted argmin over dim 0");
         /* broadcast (stride-0) dims, outermost or inner, against the same values made whole */
         nb_tensor *r = NBT_CHECK(nb_randn((int64_t[]){1, 300}, 2, &p)), *c = NBT_CHECK(nb_randn((int64_t[]){40, 1}, 2, &p));
         nb_tensor *er = NBT_CHECK(nb_expand(r, (int64_t[]){40, 300}, 2)), *ec = NBT_CHECK(nb_expand(c, (int64_t[]){40, 300}, 2));

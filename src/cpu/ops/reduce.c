@@ -737,6 +737,58 @@ static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *don
     return NB_OK;
 }
 
+/* MAX / MIN with positions and ARGMAX / ARGMIN over one dim whose neighbour in memory is kept
+ * (the channels of an NCHW [N, C, H, W]): the rows along the reduced dim are compared into a block
+ * of columns at a time, with the reference's rules (the first extreme wins, and the first NaN).
+ * max_dim over dim 1 of [128, 32, 28, 28] at 1 thread: 19.7 ms on the reference's strided walk
+ * per output. *done: it did. */
+#define EXTREME_CB 1024
+static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool *done)
+{
+    const nb_tensor *in = a->in[0];
+    bool arg = op == NB_OP_ARGMAX || op == NB_OP_ARGMIN;
+    bool f32 = in->dtype == NB_FLOAT32;
+    *done = false;
+    if ((!f32 && in->dtype != NB_FLOAT64) || p->nr != 1 || p->nk < 1 || p->kin[p->nk - 1] != 1 ||
+        p->ko[p->nk - 1] != 1 || (!arg && (!a->out2 || p->ko2[p->nk - 1] != 1)))
+        return NB_OK;
+    int sign = op == NB_OP_MAX || op == NB_OP_ARGMAX ? 1 : -1;
+    int64_t K = p->ks[p->nk - 1], nko = p->nout / K, nch = (K + EXTREME_CB - 1) / EXTREME_CB;
+    int64_t R = p->rs[0], rst = p->rin[0], es = f32 ? 4 : 8;
+    const char *ib = nb__data(in);
+    char *ob = nb__data(a->out), *o2b = a->out2 ? nb__data(a->out2) : NULL;
+    int nt = nb_cpu_threads_for(p->nout * R, 0);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t it = 0; it < nko * nch; it++) {
+        double best[EXTREME_CB];
+        int64_t at[EXTREME_CB];
+        int64_t ko = it / nch, c0 = (it % nch) * EXTREME_CB, cw = K - c0 < EXTREME_CB ? K - c0 : EXTREME_CB;
+        const char *x0 = ib + (offset_of(ko, p->nk - 1, p->ks, p->kin) + c0) * es;
+        for (int64_t r = 0; r < R; r++) {
+            const char *x = x0 + r * rst * es;
+            for (int64_t j = 0; j < cw; j++) {
+                double v = f32 ? (double)((const float *)x)[j] : ((const double *)x)[j];
+                bool take = r == 0 || (best[j] == best[j] && (v != v || (sign > 0 ? v > best[j] : v < best[j])));
+                best[j] = take ? v : best[j];
+                at[j] = take ? r : at[j];
+            }
+        }
+        int64_t oo = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
+        if (arg) {
+            for (int64_t j = 0; j < cw; j++) ((int64_t *)ob)[oo + j] = at[j];
+            continue;
+        }
+        for (int64_t j = 0; j < cw; j++) {
+            if (f32) ((float *)ob)[oo + j] = (float)best[j];
+            else ((double *)ob)[oo + j] = best[j];
+        }
+        int64_t o2 = offset_of(ko, p->nk - 1, p->ks, p->ko2) + c0;
+        for (int64_t j = 0; j < cw; j++) ((int64_t *)o2b)[o2 + j] = at[j];
+    }
+    *done = true;
+    return NB_OK;
+}
+
 /* When the input's innermost dim is kept but the output is laid out in another order (the sum
  * over dim 0 of a channels-last [N, C, H, W] into a contiguous [C, H, W]: 20-35 ms on the
  * reference path for [128, 32, 28, 28]), the outer mode runs into a scratch output laid out as
@@ -793,6 +845,7 @@ nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a)
         return nb__err(NB_ERR_INVALID_ARG, "%s: cannot reduce over a dim of size 0", nb__op_name(op));
     bool done;
     NB_TRY(try_fast(op, a, &p, &done));
+    if (!done && positions) NB_TRY(extreme_outer(op, a, &p, &done));
     if (!done && !positions) NB_TRY(via_scratch(op, a, &done));
     if (!done) reference(op, a, &p);
     return NB_OK;
