@@ -19,19 +19,7 @@
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
 #include "cpu/wino_impl.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 /* Uniform in [-0.5, 0.5); leaked (the program is short-lived). */
 static float *rnd(size_t n)
@@ -85,14 +73,14 @@ static double time_ms(const job *j)
 {
     double t[7];
     for (int r = 0; r < 7; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (run(j) != NB_OK) {
             fprintf(stderr, "conv5: %s\n", nb_last_error());
             exit(1);
         }
-        t[r] = (now() - t0) * 1e3;
+        t[r] = (bench_now() - t0) * 1e3;
     }
-    qsort(t + 2, 5, sizeof t[0], cmp);
+    qsort(t + 2, 5, sizeof t[0], bench_cmp_double);
     return t[4];
 }
 

@@ -17,6 +17,8 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "bench_util.h"
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         dnnl_status_t s_ = (x);                                                                    \
@@ -28,19 +30,6 @@
 
 static dnnl_engine_t eng;
 static dnnl_stream_t str;
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* A zero-filled buffer for md (leaked: the program is short-lived). */
 static dnnl_memory_t mem(const dnnl_memory_desc_t *md)
@@ -71,12 +60,12 @@ static void run(const char *name, const_dnnl_primitive_desc_t pd, int na, dnnl_e
     CK(dnnl_primitive_create(&p, pd));
     double ts[7];
     for (int r = 0; r < 9; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         CK(dnnl_primitive_execute(p, str, na, args));
         CK(dnnl_stream_wait(str));
-        if (r >= 2) ts[r - 2] = now() - t0;
+        if (r >= 2) ts[r - 2] = bench_now() - t0;
     }
-    qsort(ts, 7, sizeof *ts, cmp);
+    qsort(ts, 7, sizeof *ts, bench_cmp_double);
     printf(" %s %.2f (%s)", name, ts[3] * 1e3, impl);
     dnnl_primitive_destroy(p);
 }

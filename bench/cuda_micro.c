@@ -32,6 +32,7 @@
 #include "nabla/cuda.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
+#include "bench_util.h"
 
 typedef enum {
     K_MM,
@@ -187,11 +188,6 @@ static int time_batch(const bench_case *c, const inputs *in, int reps, nb_event 
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct result {
     double median_ms, min_ms, max_ms, rate;
     int reps;
@@ -219,7 +215,7 @@ static int measure(const bench_case *c, const inputs *in, const options *o, nb_e
         }
         t[i] = ms / r->reps;
     }
-    qsort(t, (size_t)o->samples, sizeof *t, cmp_double);
+    qsort(t, (size_t)o->samples, sizeof *t, bench_cmp_double);
     int n = o->samples;
     r->median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
     r->min_ms = t[0];

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "nabla.h"
+#include "bench_util.h"
 
 typedef struct spec {
     const char *name;
@@ -34,19 +35,6 @@ static const spec specs[] = {
     {"alexnet-s", 3, 224, 224, 1000, 16, 0.01, 0, 0, false},
     {"resnet-50", 3, 224, 224, 1000, 16, 0.1, 0.9, 1e-4, true},
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int die(const char *what)
 {
@@ -129,13 +117,13 @@ int main(int argc, char **argv)
     nb_tensor *slowest = nb_zeros((int64_t[]){1}, 1, &(nb_tensor_params){.dtype = NB_FLOAT64});
     for (int i = -warmup; i < iters; i++) {
         if (nb_barrier(pg) != NB_OK) return die("barrier");
-        double t0 = now();
+        double t0 = bench_now();
         if (step(&r) != NB_OK) return die("step");
-        *(double *)nb_tensor_data_ptr(slowest) = now() - t0;
+        *(double *)nb_tensor_data_ptr(slowest) = bench_now() - t0;
         if (nb_all_reduce(pg, slowest, NB_REDUCE_OP_MAX) != NB_OK) return die("all_reduce");
         if (i >= 0) t[i] = *(double *)nb_tensor_data_ptr(slowest);
     }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    qsort(t, (size_t)iters, sizeof *t, bench_cmp_double);
     double med = t[iters / 2];
     if (rank == 0)
         printf("{\"impl\": \"nabla\", \"model\": \"%s\", \"ranks\": %d, \"threads\": %d, \"batch\": %lld, "

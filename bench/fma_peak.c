@@ -7,29 +7,23 @@
  *
  * Pinned to one core by the caller if wanted (taskset -c 0); it runs one thread. */
 #include <stdio.h>
-#include <time.h>
+
+#include "bench_util.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #define CHAINS 12
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 __attribute__((target("avx512f"))) static double fma512(long n)
 {
     __m512 a[CHAINS], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
     for (int j = 0; j < CHAINS; j++) a[j] = _mm512_set1_ps((float)j);
-    double t = now();
+    double t = bench_now();
     for (long i = 0; i < n; i++)
 #pragma GCC unroll 12 /* the chains in registers */
         for (int j = 0; j < CHAINS; j++) a[j] = _mm512_fmadd_ps(a[j], x, y);
-    t = now() - t;
+    t = bench_now() - t;
     float s = 0;
     for (int j = 0; j < CHAINS; j++) s += _mm512_reduce_add_ps(a[j]);
     return s == 12345.f ? 0 : (double)n * CHAINS * 32 / t * 1e-9; /* s keeps the loop alive */
@@ -39,11 +33,11 @@ __attribute__((target("avx2,fma"))) static double fma256(long n)
 {
     __m256 a[CHAINS], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
     for (int j = 0; j < CHAINS; j++) a[j] = _mm256_set1_ps((float)j);
-    double t = now();
+    double t = bench_now();
     for (long i = 0; i < n; i++)
 #pragma GCC unroll 12
         for (int j = 0; j < CHAINS; j++) a[j] = _mm256_fmadd_ps(a[j], x, y);
-    t = now() - t;
+    t = bench_now() - t;
     float o[8], s = 0;
     for (int j = 0; j < CHAINS; j++) {
         _mm256_storeu_ps(o, a[j]);
@@ -57,13 +51,13 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long n)
     __m512 a[CHAINS];
     __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = x; /* 1.0 in bfloat16 */
     for (int j = 0; j < CHAINS; j++) a[j] = _mm512_set1_ps((float)j);
-    double t = now();
+    double t = bench_now();
     for (long i = 0; i < n; i++) {
 #pragma GCC unroll 12
         for (int j = 0; j < CHAINS; j++) a[j] = _mm512_dpbf16_ps(a[j], x, y);
         __asm__ volatile("" : "+v"(x)); /* x is not a constant to fold */
     }
-    t = now() - t;
+    t = bench_now() - t;
     float s = 0;
     for (int j = 0; j < CHAINS; j++) s += _mm512_reduce_add_ps(a[j]);
     return s == 12345.f ? 0 : (double)n * CHAINS * 64 / t * 1e-9;

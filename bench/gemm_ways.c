@@ -28,12 +28,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "bench_util.h"
 
 static float *random_floats(size_t n)
 {
@@ -192,9 +187,9 @@ int main(int argc, char **argv)
             run(&p, way);
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
-                double t0 = now();
+                double t0 = bench_now();
                 run(&p, way);
-                double t = now() - t0;
+                double t = bench_now() - t0;
                 best = t < best ? t : best;
             }
             printf("  %8.2f (%5.1f)", best * 1e3, 2.0 * m * n * k / best * 1e-9);

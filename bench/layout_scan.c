@@ -10,19 +10,7 @@
 #include <time.h>
 
 #include "nabla.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static const char *const NAMES[] = {
     "neg",        "exp",         "tanh",          "sigmoid",  "relu",     "add",        "mul",
@@ -100,16 +88,16 @@ int main(int argc, char **argv)
             double t[9];
             for (int r = 0; r < 9; r++) {
                 nb_scope *s = nb_scope_begin();
-                double t0 = now();
+                double t0 = bench_now();
                 nb_tensor *o = run(k, x, y, b);
-                t[r] = now() - t0;
+                t[r] = bench_now() - t0;
                 if (!o) {
                     fprintf(stderr, "layout_scan: %s: %s\n", NAMES[k], nb_last_error());
                     return 1;
                 }
                 nb_scope_end(s);
             }
-            qsort(t + 2, 7, sizeof t[0], cmp);
+            qsort(t + 2, 7, sizeof t[0], bench_cmp_double);
             ms[cl][k] = t[5] * 1e3;
         }
         nb_scope_end(outer);

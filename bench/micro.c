@@ -28,6 +28,7 @@
 #include "nabla/core.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
+#include "bench_util.h"
 
 /* OpenBLAS's own report of its version and the kernels it picked (weak: absent without it). */
 extern char *openblas_get_config(void) __attribute__((weak));
@@ -79,12 +80,6 @@ typedef struct options {
     const char *ops;   /* comma-separated op names, NULL = all */
 } options;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* CPU seconds spent by every process (all CPUs, not idle) since boot, or -1. */
 static double machine_busy_s(void) {
     FILE *f = fopen("/proc/stat", "r");
@@ -103,11 +98,6 @@ static double own_cpu_s(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* One run of the case on its inputs; returns the result (scope-owned) or NULL on failure. */
@@ -145,11 +135,11 @@ static double work_per_run(const bench_case *c) {
 
 /* Times one run, scope included: begin, op, end. Returns seconds, or -1 on failure. */
 static double time_once(const bench_case *c, nb_tensor *a, nb_tensor *b) {
-    double t0 = now_s();
+    double t0 = bench_now();
     nb_scope *s = nb_scope_begin();
     nb_tensor *r = run_op(c, a, b);
     nb_scope_end(s);
-    double t1 = now_s();
+    double t1 = bench_now();
     return r ? t1 - t0 : -1.0;
 }
 
@@ -170,10 +160,10 @@ static int bench_one(const bench_case *c, const options *o) {
     int ok = a && (b || !two);
     double *t = NULL;
     int reps = 0;
-    double busy0 = machine_busy_s(), own0 = own_cpu_s(), wall0 = now_s();
+    double busy0 = machine_busy_s(), own0 = own_cpu_s(), wall0 = bench_now();
     if (ok) {
-        double w0 = now_s(), last = 0.0;
-        for (int i = 0; ok && (i < 2 || now_s() - w0 < o->warmup_s); i++) {
+        double w0 = bench_now(), last = 0.0;
+        for (int i = 0; ok && (i < 2 || bench_now() - w0 < o->warmup_s); i++) {
             last = time_once(c, a, b);
             ok = last >= 0.0;
         }
@@ -188,7 +178,7 @@ static int bench_one(const bench_case *c, const options *o) {
             ok = t[i] >= 0.0;
         }
     }
-    double busy1 = machine_busy_s(), wall = now_s() - wall0;
+    double busy1 = machine_busy_s(), wall = bench_now() - wall0;
     double other = busy0 < 0 || busy1 < 0 || wall <= 0 ? -1.0
                                                        : (busy1 - busy0 - (own_cpu_s() - own0)) / wall;
     if (other < 0 && other > -0.05) other = 0.0; /* clock-tick rounding */
@@ -196,7 +186,7 @@ static int bench_one(const bench_case *c, const options *o) {
         printf("# nabla %s %s: %s\n", c->op, c->size, nb_last_error());
         print_result(c, o->threads, NAN, NAN, NAN, 0, other);
     } else {
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
         double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
         double w = work_per_run(c) * 1e-9;
         /* the fastest run gives the highest rate */
