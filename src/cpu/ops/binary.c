@@ -197,12 +197,13 @@ typedef struct stream_ctx {
 } stream_ctx;
 
 /* out = x op y with out and x contiguous and y contiguous or a scalar (stride 0); 16-byte vectors
- * (SSE2, every x86-64) are enough to saturate memory. Unaligned heads and tails are scalar. */
+ * (SSE2, every x86-64) are enough to saturate memory. Unaligned heads and tails are scalar. Any
+ * other run, and a run shorter than NB_CPU_STREAM_MIN_RUN, takes the plain loop. */
 #define STREAM_LOOP(NAME, T, VT, W, LOADU, SET1, STREAM, VOP, SOP)                              \
     static void NAME(char **p, const int64_t *s, int64_t n, void *ctx)                           \
     {                                                                                            \
         const int64_t es = sizeof(T);                                                            \
-        if (s[0] != es || s[1] != es || (s[2] != es && s[2] != 0)) {                             \
+        if (s[0] != es || s[1] != es || (s[2] != es && s[2] != 0) || n * es < NB_CPU_STREAM_MIN_RUN) { \
             ((const stream_ctx *)ctx)->plain(p, s, n, NULL);                                     \
             return;                                                                              \
         }                                                                                        \
@@ -327,7 +328,7 @@ nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a)
 #ifdef NB_STREAM
     stream_ctx sc = {loop};
     nb_cpu_loop_fn nt = stream_loop(op, dt, a);
-    if (nt && it.shape[it.ndim - 1] * (int64_t)nb_dtype_size(dt) >= NB_CPU_STREAM_MIN_RUN) {
+    if (nt) {
         loop = nt;
         ctx = &sc;
     }

@@ -77,7 +77,7 @@ static void copy_same(char **p, const int64_t *s, int64_t n, void *ctx)
 static void copy_same_nt(char **p, const int64_t *s, int64_t n, void *ctx)
 {
     size_t es = *(const size_t *)ctx, bytes = (size_t)n * es, k = 0;
-    if (s[0] != (int64_t)es || s[1] != (int64_t)es) {
+    if (s[0] != (int64_t)es || s[1] != (int64_t)es || bytes < NB_CPU_STREAM_MIN_RUN) {
         copy_same(p, s, n, ctx);
         return;
     }
@@ -309,9 +309,7 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     if (a->out->dtype == a->in[0]->dtype) {
         nb_cpu_loop_fn same = copy_same;
 #ifdef NB_STREAM
-        if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es) &&
-            it.shape[it.ndim - 1] * (int64_t)es >= NB_CPU_STREAM_MIN_RUN)
-            same = copy_same_nt;
+        if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es)) same = copy_same_nt;
 #endif
         nb_cpu_iter_run(&it, same, &es, 0);
         return NB_OK;
