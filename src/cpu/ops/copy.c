@@ -185,46 +185,56 @@ AVX2 static void deinterleave3(const uint32_t *src, uint32_t *dst, int64_t ldo, 
 }
 #endif
 
+/* dst[j ldo + i] = src[i ldi + j] for rows [i0, i1) and columns [j0, j1), element by element. */
+#define TILE_LOOP(src, ldi, dst, ldo, i0, i1, j0, j1)                                            \
+    for (int64_t j = (j0); j < (j1); j++)                                                        \
+        for (int64_t i = (i0); i < (i1); i++) (dst)[j * (ldo) + i] = (src)[i * (ldi) + j]
+
+/* Rows [i0, i1) of one image in tiles of TILE_C columns; with simd, each tile's whole 8 x 8 blocks
+ * in registers and the rest element by element. */
+static void tile_rows_4(const uint32_t *restrict src, int64_t ldi, uint32_t *restrict dst, int64_t ldo, int64_t i0,
+                        int64_t i1, int64_t cols, bool simd)
+{
+    for (int64_t j0 = 0; j0 < cols; j0 += TILE_C) {
+        int64_t j1 = j0 + TILE_C < cols ? j0 + TILE_C : cols, i8 = i0;
+#ifdef NB_X86_SIMD
+        if (simd) {
+            int64_t j8 = j0 + (j1 - j0) / 8 * 8;
+            i8 = i0 + (i1 - i0) / 8 * 8;
+            for (int64_t i = i0; i < i8; i += 8)
+                for (int64_t j = j0; j < j8; j += 8) t8x8(src + i * ldi + j, ldi, dst + j * ldo + i, ldo);
+            TILE_LOOP(src, ldi, dst, ldo, i0, i8, j8, j1);
+        }
+#else
+        (void)simd;
+#endif
+        TILE_LOOP(src, ldi, dst, ldo, i8, i1, j0, j1);
+    }
+}
+
 static void transpose_4(const void *in, int64_t ldi, void *out, int64_t ldo, int64_t n, int64_t rows, int64_t cols)
 {
-    int64_t rt = (rows + TILE_R - 1) / TILE_R;
 #ifdef NB_X86_SIMD
+    enum { TILES, INTERLEAVE3, DEINTERLEAVE3 } way = TILES;
     bool simd = nb_cpu_avx2_fma();
+    if (simd && rows == 3 && ldo == 3) way = INTERLEAVE3; /* an image batch to channels-last */
+    else if (simd && cols == 3 && ldi == 3) way = DEINTERLEAVE3; /* and back */
 #else
     bool simd = false;
 #endif
+    int64_t rt = (rows + TILE_R - 1) / TILE_R;
     _Pragma("omp parallel for collapse(2) num_threads(nb_cpu_threads_for(n * rows * cols, NB_CPU_GRAIN))")
     for (int64_t b = 0; b < n; b++)
         for (int64_t ti = 0; ti < rt; ti++) {
-            const uint32_t *restrict src = (const uint32_t *)in + b * rows * ldi;
-            uint32_t *restrict dst = (uint32_t *)out + b * cols * ldo;
-#ifdef NB_X86_SIMD
-            if (simd && rows == 3 && ldo == 3) {
-                interleave3(src, ldi, dst, cols);
-                continue;
-            }
-#endif
+            const uint32_t *src = (const uint32_t *)in + b * rows * ldi;
+            uint32_t *dst = (uint32_t *)out + b * cols * ldo;
             int64_t i0 = ti * TILE_R, i1 = i0 + TILE_R < rows ? i0 + TILE_R : rows;
 #ifdef NB_X86_SIMD
-            if (simd && cols == 3 && ldi == 3) {
-                deinterleave3(src + 3 * i0, dst + i0, ldo, i1 - i0);
-                continue;
-            }
+            if (way == INTERLEAVE3) interleave3(src, ldi, dst, cols); /* rows == 3: one tile */
+            else if (way == DEINTERLEAVE3) deinterleave3(src + 3 * i0, dst + i0, ldo, i1 - i0);
+            else
 #endif
-            for (int64_t j0 = 0; j0 < cols; j0 += TILE_C) {
-                int64_t j1 = j0 + TILE_C < cols ? j0 + TILE_C : cols, i8 = i0, j8 = j0;
-#ifdef NB_X86_SIMD
-                if (simd) { /* the whole 8 x 8 blocks, then the tile's last rows and columns */
-                    i8 = i0 + (i1 - i0) / 8 * 8, j8 = j0 + (j1 - j0) / 8 * 8;
-                    for (int64_t i = i0; i < i8; i += 8)
-                        for (int64_t j = j0; j < j8; j += 8) t8x8(src + i * ldi + j, ldi, dst + j * ldo + i, ldo);
-                    for (int64_t j = j8; j < j1; j++)
-                        for (int64_t i = i0; i < i8; i++) dst[j * ldo + i] = src[i * ldi + j];
-                }
-#endif
-                for (int64_t j = j0; j < j1; j++)
-                    for (int64_t i = i8; i < i1; i++) dst[j * ldo + i] = src[i * ldi + j];
-            }
+                tile_rows_4(src, ldi, dst, ldo, i0, i1, cols, simd);
         }
 }
 
@@ -239,8 +249,7 @@ static void transpose_8(const void *in, int64_t ldi, void *out, int64_t ldo, int
             int64_t i0 = ti * TILE, i1 = i0 + TILE < rows ? i0 + TILE : rows;
             for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
                 int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
-                for (int64_t j = j0; j < j1; j++)
-                    for (int64_t i = i0; i < i1; i++) dst[j * ldo + i] = src[i * ldi + j];
+                TILE_LOOP(src, ldi, dst, ldo, i0, i1, j0, j1);
             }
         }
 }
