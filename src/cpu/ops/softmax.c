@@ -484,8 +484,8 @@ static nb_status forward(nb_op op, const nb_kargs *a)
         (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
-            const float *x = (const float *)ib + (contig ? r * l.D : line_off(&l, 1, r));
-            float *y = (float *)ob + (contig ? r * l.D : line_off(&l, 0, r));
+            const float *x = (const float *)ib + line_off(&l, 1, r);
+            float *y = (float *)ob + line_off(&l, 0, r);
 #if defined(__x86_64__)
             if (v512) {
                 row_f32_avx512(x, y, l.D, lg);
@@ -520,15 +520,13 @@ static nb_status backward(nb_op op, const nb_kargs *a)
     const char *gb = nb__data(a->in[0]), *yb = nb__data(a->in[1]);
     bool f32 = out->dtype == NB_FLOAT32;
     bool rows = l.sd[0] == 1 && l.sd[1] == 1 && l.sd[2] == 1; /* unit-stride lines, as forward's */
-    bool contig = nb__is_contiguous(out) && nb__is_contiguous(a->in[0]) && nb__is_contiguous(a->in[1]);
     if (f32 && lg && rows) {
         bool v512 = nb_cpu_avx512();
         (void)v512; /* read on x86-64 only */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t r = 0; r < l.n; r++) {
-            const float *g = (const float *)gb + (contig ? r * l.D : line_off(&l, 1, r));
-            const float *y = (const float *)yb + (contig ? r * l.D : line_off(&l, 2, r));
-            float *o = (float *)ob + (contig ? r * l.D : line_off(&l, 0, r));
+            const float *g = (const float *)gb + line_off(&l, 1, r), *y = (const float *)yb + line_off(&l, 2, r);
+            float *o = (float *)ob + line_off(&l, 0, r);
 #if defined(__x86_64__)
             if (v512) {
                 lsm_bwd_f32_avx512(g, y, o, l.D);
