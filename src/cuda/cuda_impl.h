@@ -17,6 +17,7 @@ struct nb_stream {
     cudaStream_t handle; /* NULL: the legacy default stream */
     int device;
     bool owned;
+    nb_stream *next_spare; /* graph.c's pool of capture streams */
 };
 
 /* Sets the error for a failed CUDA call: "what: <CUDA's message> (<error name>)"; out-of-memory

@@ -207,40 +207,27 @@ static void drop_capture(nb_cuda_graph *g)
 /* ---- the capture streams --------------------------------------------------------------------- */
 
 static pthread_mutex_t g_spare_lock = PTHREAD_MUTEX_INITIALIZER;
-static nb_stream **g_spare[NB_CUDA_MAX_DEVICES]; /* streams of freed graphs, per device */
-static int g_n_spare[NB_CUDA_MAX_DEVICES], g_cap_spare[NB_CUDA_MAX_DEVICES];
+static nb_stream *g_spare[NB_CUDA_MAX_DEVICES]; /* streams of freed graphs, per device: a list */
 
 static nb_stream *capture_stream_take(int d)
 {
-    nb_stream *s = NULL;
     pthread_mutex_lock(&g_spare_lock);
-    if (g_n_spare[d] > 0) s = g_spare[d][--g_n_spare[d]];
+    nb_stream *s = g_spare[d];
+    if (s) g_spare[d] = s->next_spare;
     pthread_mutex_unlock(&g_spare_lock);
     return s ? s : nb_cuda_stream_create(d);
 }
 
-/* Back to the pool, no longer the calling thread's current stream; destroyed only when the
- * pool cannot grow (out of host memory). */
+/* Back to the pool, no longer the calling thread's current stream. */
 static void capture_stream_give(nb_stream *s)
 {
     if (!s) return;
     int d = s->device;
     if (nb__cuda_stream(d) == s) nb_cuda_set_stream(nb_cuda_default_stream(d));
     pthread_mutex_lock(&g_spare_lock);
-    if (g_n_spare[d] == g_cap_spare[d]) {
-        int cap = g_cap_spare[d] ? 2 * g_cap_spare[d] : 4;
-        nb_stream **grown = realloc(g_spare[d], (size_t)cap * sizeof *grown);
-        if (grown) {
-            g_spare[d] = grown;
-            g_cap_spare[d] = cap;
-        }
-    }
-    if (g_n_spare[d] < g_cap_spare[d]) {
-        g_spare[d][g_n_spare[d]++] = s;
-        s = NULL;
-    }
+    s->next_spare = g_spare[d];
+    g_spare[d] = s;
     pthread_mutex_unlock(&g_spare_lock);
-    if (s) nb_cuda_stream_free(s);
 }
 
 /* ---- the graph's life ------------------------------------------------------------------------ */
