@@ -59,6 +59,9 @@ int cli_check_memory_format(const char *cmd, const cli_opts *o);
  * (the default) on the CPU, whose layers then keep that layout (CUDA makes such inputs
  * contiguous). */
 bool cli_channels_last(const cli_opts *o, nb_device dev);
+/* The batch x as the model takes it: made channels-last when cl and x is an image batch (4-D),
+ * else x itself; NULL (nb_last_error set) on failure. Scope-owned. */
+nb_tensor *cli_batch_layout(nb_tensor *x, bool cl);
 
 /* The train or test split of the --data set; limit > 0 keeps the first limit samples. */
 nb_dataset *cli_dataset(const cli_opts *o, bool train, int64_t limit);

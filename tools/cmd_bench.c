@@ -440,8 +440,7 @@ static nb_status train_step(bench_net *n, nb_tensor *x, nb_tensor *y, bool chann
     nb_status st = nb_optim_zero_grad(n->opt);
     /* --memory-format channels_last: an image batch is converted here, inside the step (a data
      * pipeline gives NCHW), and the layers keep the layout from there on */
-    if (st == NB_OK && channels_last && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST)))
-        st = nb_last_status();
+    if (st == NB_OK && !(x = cli_batch_layout(x, channels_last))) st = nb_last_status();
     nb_tensor *out = st == NB_OK ? nb_module_forward(n->m, x) : NULL;
     if (out && is_lstm(s)) { /* logits [B, T, V] against next tokens [B, T] */
         int64_t flat[2] = {-1, LSTM_VOCAB}, fy[1] = {-1};

@@ -86,7 +86,7 @@ static nb_status eval_batch(nb_module *m, nb_tensor *x, nb_tensor *y, bool cl, d
 {
     nb_cross_entropy_params cp = nb_cross_entropy_params_default();
     cp.reduction = NB_REDUCE_SUM;
-    if (cl && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST))) return nb_last_status();
+    if (!(x = cli_batch_layout(x, cl))) return nb_last_status();
     nb_tensor *logits = nb_module_forward(m, x);
     nb_tensor *l = logits ? nb_cross_entropy(logits, y, &cp) : NULL;
     nb_tensor *pred = logits ? nb_argmax(logits, 1, false) : NULL;

@@ -151,7 +151,7 @@ static void progress(const trainer *t, int64_t epoch, int64_t b, int64_t nb, dou
 /* One training step on (x, y): adds the batch's mean loss to *sum. */
 static nb_status step(trainer *t, nb_tensor *x, nb_tensor *y, double *sum)
 {
-    if (t->cl && nb_tensor_ndim(x) == 4 && !(x = nb_contiguous_format(x, NB_CHANNELS_LAST))) return nb_last_status();
+    if (!(x = cli_batch_layout(x, t->cl))) return nb_last_status();
     nb_tensor *logits = t->ddp ? nb_ddp_forward(t->ddp, x) : nb_module_forward(t->m, x);
     nb_tensor *loss = logits ? nb_cross_entropy(logits, y, NULL) : NULL;
     double v = 0;

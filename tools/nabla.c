@@ -238,6 +238,11 @@ bool cli_channels_last(const cli_opts *o, nb_device dev)
     return !strcmp(mf, "channels_last") || (!strcmp(mf, "auto") && dev.type == NB_DEVICE_CPU);
 }
 
+nb_tensor *cli_batch_layout(nb_tensor *x, bool cl)
+{
+    return cl && nb_tensor_ndim(x) == 4 ? nb_contiguous_format(x, NB_CHANNELS_LAST) : x;
+}
+
 int cli_set_conv_algo(const char *cmd, const char *name)
 {
     nb_conv_algo algo;
