@@ -701,6 +701,11 @@ static nb_status outer_mode(const fast *c, const rplan *p)
     return NB_OK;
 }
 
+/* Whether the input's unit-stride dim is kept (the kept dims are in memory order: it is the
+ * last), which the outer mode needs, and whether the output steps through it by one too. */
+static bool unit_kept(const rplan *p) { return p->nk > 0 && p->kin[p->nk - 1] == 1; }
+static bool outer_fits(const rplan *p) { return unit_kept(p) && p->ko[p->nk - 1] == 1; }
+
 /* Takes a fast path when one applies; *done tells whether it did. */
 static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *done)
 {
@@ -730,7 +735,7 @@ static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *don
         *done = true;
         return inner_mode(&c, p);
     }
-    if (p->nk > 0 && p->kin[p->nk - 1] == 1 && p->ko[p->nk - 1] == 1) {
+    if (outer_fits(p)) {
         *done = true;
         return outer_mode(&c, p);
     }
@@ -749,8 +754,8 @@ static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool
     bool arg = op == NB_OP_ARGMAX || op == NB_OP_ARGMIN;
     bool f32 = in->dtype == NB_FLOAT32;
     *done = false;
-    if ((!f32 && in->dtype != NB_FLOAT64) || p->nr != 1 || p->nk < 1 || p->kin[p->nk - 1] != 1 ||
-        p->ko[p->nk - 1] != 1 || (!arg && (!a->out2 || p->ko2[p->nk - 1] != 1)))
+    if ((!f32 && in->dtype != NB_FLOAT64) || p->nr != 1 || !outer_fits(p) ||
+        (!arg && (!a->out2 || p->ko2[p->nk - 1] != 1)))
         return NB_OK;
     int sign = op == NB_OP_MAX || op == NB_OP_ARGMAX ? 1 : -1;
     int64_t K = p->ks[p->nk - 1], nko = p->nout / K, nch = (K + EXTREME_CB - 1) / EXTREME_CB;
@@ -793,17 +798,14 @@ static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool
  * over dim 0 of a channels-last [N, C, H, W] into a contiguous [C, H, W]: 20-35 ms on the
  * reference path for [128, 32, 28, 28]), the outer mode runs into a scratch output laid out as
  * the input's kept dims are, which is then copied into out. *done: it did. */
-static nb_status via_scratch(nb_op op, const nb_kargs *a, bool *done)
+static nb_status via_scratch(nb_op op, const nb_kargs *a, const rplan *p0, bool *done)
 {
     const nb_tensor *in = a->in[0], *out = a->out;
     *done = false;
     int nd = out->ndim;
-    if (a->out2 || nd != in->ndim || nd < 2 || !nb_dtype_is_floating(in->dtype) ||
-        out->dtype != in->dtype)
+    if (a->out2 || nd != in->ndim || nd < 2 || !nb_dtype_is_floating(in->dtype) || out->dtype != in->dtype ||
+        !unit_kept(p0))
         return NB_OK;
-    bool unit_kept = false; /* the outer mode needs the input's unit-stride dim kept */
-    for (int d = 0; d < nd; d++) unit_kept |= !(a->dim_mask >> d & 1) && in->shape[d] > 1 && in->strides[d] == 1;
-    if (!unit_kept) return NB_OK;
     int perm[NB_MAX_DIMS];
     int64_t pshape[NB_MAX_DIMS], st[NB_MAX_DIMS];
     for (int d = 0; d < nd; d++) perm[d] = d;
@@ -819,7 +821,7 @@ static nb_status via_scratch(nb_op op, const nb_kargs *a, bool *done)
         b.out = tmp;
         rplan p;
         plan_init(&p, &b, true);
-        if (p.nk > 0 && p.kin[p.nk - 1] == 1 && p.ko[p.nk - 1] == 1) rc = try_fast(op, &b, &p, done);
+        if (outer_fits(&p)) rc = try_fast(op, &b, &p, done);
         if (rc == NB_OK && *done) {
             nb_kargs c = {.out = a->out, .in = {tmp}};
             rc = nb_cpu_k_copy(NB_OP_COPY, &c);
@@ -846,7 +848,7 @@ nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a)
     bool done;
     NB_TRY(try_fast(op, a, &p, &done));
     if (!done && positions) NB_TRY(extreme_outer(op, a, &p, &done));
-    if (!done && !positions) NB_TRY(via_scratch(op, a, &done));
+    if (!done && !positions) NB_TRY(via_scratch(op, a, &p, &done));
     if (!done) reference(op, a, &p);
     return NB_OK;
 }
