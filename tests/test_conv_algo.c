@@ -8,7 +8,6 @@
  * channels-last inputs with padding 2, under "auto" from 32 channels and 256 tiles of 2x2. And
  * for layers with 1 to 4 input channels ("few_"), that nabla's own weight gradient (counted by
  * nb__stem_runs) ran on channels-last inputs under every policy, and never on NCHW ones. */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,20 +17,6 @@
 #include "cpu/dnnl_impl.h"
 #include "cpu/stem_impl.h"
 #include "cpu/wino_impl.h"
-
-/* The largest |got - want| over the largest |want|: the error relative to the tensor's scale. */
-static double rel_err(const nb_tensor *got, const nb_tensor *want)
-{
-    nb_tensor *g = NBT_CHECK(nb_to_dtype(got, NB_FLOAT64)), *w = NBT_CHECK(nb_contiguous(want));
-    g = NBT_CHECK(nb_contiguous(g));
-    const double *a = nb_tensor_data_ptr(g), *b = nb_tensor_data_ptr(w);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < nb_tensor_numel(w); i++) {
-        num = fmax(num, fabs(a[i] - b[i]));
-        den = fmax(den, fabs(b[i]));
-    }
-    return num / den;
-}
 
 /* Runs case `name` under algo, on an NCHW or channels-last input: checks the output and the
  * gradients against float64 within tol (relative to each tensor's largest value) and returns
@@ -66,7 +51,7 @@ static unsigned long long run_case(const nb_tensor_map *m, const char *name, nb_
     const char *keys[] = {"out", "grad0", "grad1", "grad2"};
     for (int k = 0; k <= nin; k++) {
         nb_tensor *got = k == 0 ? out : NBT_CHECK(nb_tensor_grad(leaves[k - 1]));
-        double e = rel_err(got, NBT_CHECK(nbt_ref(m, name, keys[k])));
+        double e = nbt_max_rel_err(got, NBT_CHECK(nbt_ref(m, name, keys[k])));
         if (e > *worst) *worst = e;
         if (!(e <= tol))
             fail_msg("%s (%s, %s): %s is %.3g of its scale from float64 (allowed %.1g)", name,

@@ -3,7 +3,6 @@
  * product's first calls run on the tuner's schedule (nb_cpu_tuning_steps grows); while it is on,
  * none does, and every call of a new shape gives the first call's bits, which are right (against
  * the float64 product); switched off again, the tuner takes that shape up. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,17 +16,11 @@ static nb_tensor *randn(int64_t r, int64_t c)
     return NBT_CHECK(nb_randn((int64_t[]){r, c}, 2, &p));
 }
 
+/* c against a b computed in float64 */
 static double max_err_vs_f64(const nb_tensor *c, const nb_tensor *a, const nb_tensor *b)
 {
-    nb_tensor *want = NBT_CHECK(nb_matmul(NBT_CHECK(nb_to_dtype(a, NB_FLOAT64)), NBT_CHECK(nb_to_dtype(b, NB_FLOAT64))));
-    nb_tensor *got = NBT_CHECK(nb_to_dtype(c, NB_FLOAT64));
-    const double *w = nb_tensor_data_ptr(want), *g = nb_tensor_data_ptr(got);
-    double e = 0, s = 0;
-    for (int64_t i = 0; i < nb_tensor_numel(want); i++) {
-        e = fmax(e, fabs(w[i] - g[i]));
-        s = fmax(s, fabs(w[i]));
-    }
-    return e / s;
+    return nbt_max_rel_err(c, NBT_CHECK(nb_matmul(NBT_CHECK(nb_to_dtype(a, NB_FLOAT64)),
+                                                 NBT_CHECK(nb_to_dtype(b, NB_FLOAT64)))));
 }
 
 static void test_mode(void **state)

@@ -307,6 +307,22 @@ void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double t
     nbt_assert_close(g, want, tol, tol, what);
 }
 
+double nbt_max_rel_err(const nb_tensor *got, const nb_tensor *want)
+{
+    nb_scope *s = nb_scope_begin();
+    nb_tensor *g = NBT_CHECK(nb_contiguous(NBT_CHECK(nb_to_dtype(got, NB_FLOAT64))));
+    nb_tensor *w = NBT_CHECK(nb_contiguous(NBT_CHECK(nb_to_dtype(want, NB_FLOAT64))));
+    assert_int_equal(nb_tensor_numel(g), nb_tensor_numel(w));
+    const double *a = nb_tensor_data_ptr(g), *b = nb_tensor_data_ptr(w);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < nb_tensor_numel(w); i++) {
+        num = fmax(num, fabs(a[i] - b[i]));
+        den = fmax(den, fabs(b[i]));
+    }
+    nb_scope_end(s);
+    return num / den;
+}
+
 double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want)
 {
     nb_scope *s = nb_scope_begin();

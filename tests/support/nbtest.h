@@ -75,6 +75,9 @@ nb_tensor *nbt_to_cuda(const nb_tensor *t);
 void nbt_assert_close_host(const nb_tensor *got, const nb_tensor *want, double tol, const char *what);
 /* ||got - want|| / ||want|| over all elements (got on any device, both float), in float64 */
 double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
+/* max |got - want| / max |want| over all elements (both on the CPU, float, any layout), in
+ * float64: the error relative to the tensor's scale */
+double nbt_max_rel_err(const nb_tensor *got, const nb_tensor *want);
 
 /* Calls of the op named op in the profiler's table (0 when it has no row for it). */
 int64_t nbt_profiled_calls(const char *op);
