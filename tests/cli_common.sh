@@ -1,6 +1,7 @@
 # Sourced by the command-line tests (test_cli.sh, test_cli_lm.sh, test_bench_cli.sh,
 # test_cli_dist.sh): a fresh working directory, removed at exit, the pass/fail counters they report
 # with, `expect` for a command's error and `have_python` for the checks that need PyTorch.
+support=$(cd "$(dirname "${BASH_SOURCE[0]}")/support" && pwd) # helper scripts (tests/support)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1

@@ -122,16 +122,7 @@ e1=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load straight.sa
 e2=$("$nabla" eval --model mlp --data-dir "$data" --threads 1 --load resumed.safetensors 2>&1)
 if [[ "$e1" == "$e2" && "$e1" == test\ loss* ]]; then pass "resume: eval equal ($e1)"; else fail "resume: '$e1' vs '$e2'"; fi
 if have_python "resume: bit-identical"; then
-    if "$NB_PYTHON" - straight.safetensors resumed.safetensors > py2.txt 2>&1 <<'PY'
-import sys
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), (sorted(a), sorted(b))
-for k in a:
-    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
-    assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), "differs: " + k
-print(len(a), "tensors bit-identical")
-PY
+    if "$NB_PYTHON" "$support/same_safetensors.py" straight.safetensors resumed.safetensors > py2.txt 2>&1
     then pass "resume: $(cat py2.txt)"; else fail "resume: $(cat py2.txt)"; fi
 fi
 

@@ -84,19 +84,8 @@ else fail "resume: '$(grep '^test loss' r3.txt)' vs '$(grep '^test loss' a1.txt)
 expect 2 '--batch-size 8 differs from the checkpoint' "$nabla" train "${common[@]}" --resume resumed.safetensors --batch-size 8
 expect 2 '--lr 3 differs from the checkpoint' "$nabla" train "${common[@]}" --resume resumed.safetensors --lr 3
 if have_python "resume: bit-identical"; then
-    if "$NB_PYTHON" - straight.safetensors resumed.safetensors > py1.txt 2>&1 <<'PY'
-import sys
-from safetensors import safe_open
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), (sorted(a), sorted(b))
-for k in a:
-    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
-    assert a[k].numpy().tobytes() == b[k].numpy().tobytes(), "differs: " + k
-ma, mb = safe_open(sys.argv[1], "pt").metadata(), safe_open(sys.argv[2], "pt").metadata()
-assert ma == mb and ma["epoch"] == "4" and ma["model"] == "lstm", (ma, mb)
-print(len(a), "tensors and the metadata bit-identical, lr", ma["lr"])
-PY
+    if "$NB_PYTHON" "$support/same_safetensors.py" straight.safetensors resumed.safetensors epoch=4 model=lstm \
+        > py1.txt 2>&1
     then pass "resume: $(cat py1.txt)"; else fail "resume: $(cat py1.txt)"; fi
 fi
 
