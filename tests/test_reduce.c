@@ -239,6 +239,33 @@ static void test_hand(void **state)
     expect(nb_argmin(cols, 0, false), (double[]){0, 0, 0}, &n3, 1, "argmin down columns");
     NBT_CHECK(nb_max_dim(cols, 0, false, &idx));
     expect(idx, (double[]){1, 0, 0}, &n3, 1, "max_dim indices down columns");
+    /* along rows of unit stride (each row's first extreme, by a vector pass and then a search for
+     * it): ties (the second in the row's tail, past 16), the first of two NaNs, a row of -inf,
+     * and -0 before +0 (equal: the first is the answer), in both float dtypes */
+    double rv[4][18];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 18; j++) rv[i][j] = i == 2 ? -INFINITY : -1 - 0.25 * j;
+    rv[0][3] = rv[0][17] = 7, rv[0][5] = rv[0][16] = -20;
+    rv[1][9] = rv[1][15] = NAN, rv[1][2] = 100;
+    rv[3][4] = -0.0, rv[3][11] = 0.0;
+    for (int f64 = 0; f64 < 2; f64++) {
+        float rf[4][18];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 18; j++) rf[i][j] = (float)rv[i][j];
+        nb_tensor *rows = from(f64 ? (const void *)rv : (const void *)rf, (int64_t[]){4, 18}, 2,
+                               f64 ? NB_FLOAT64 : NB_FLOAT32);
+        int64_t n4 = 4;
+        expect(nb_argmax(rows, 1, false), (double[]){3, 9, 0, 4}, &n4, 1, "argmax along rows");
+        expect(nb_argmin(rows, 1, false), (double[]){5, 9, 0, 17}, &n4, 1, "argmin along rows");
+        nb_tensor *mv = NBT_CHECK(nb_max_dim(rows, 1, false, &idx));
+        expect(mv, (double[]){7, NAN, -INFINITY, 0}, &n4, 1, "max_dim values along rows");
+        expect(idx, (double[]){3, 9, 0, 4}, &n4, 1, "max_dim indices along rows");
+        double z = f64 ? ((const double *)nb_tensor_data_ptr(mv))[3] : ((const float *)nb_tensor_data_ptr(mv))[3];
+        assert_true(signbit(z)); /* the value at the first zero, -0 */
+        nb_tensor *nv = NBT_CHECK(nb_min_dim(rows, 1, true, &idx));
+        expect(nv, (double[]){-20, NAN, -INFINITY, -1 - 0.25 * 17}, (int64_t[]){4, 1}, 2, "min_dim values along rows");
+        expect(idx, (double[]){5, 9, 0, 17}, (int64_t[]){4, 1}, 2, "min_dim indices along rows");
+    }
     /* empty inputs: the identities, as PyTorch */
     float none[1];
     nb_tensor *e = from(none, n0, 1, NB_FLOAT32);
@@ -285,6 +312,37 @@ static void test_threads(void **state)
             if (nt == 1) ref[k] = r[k];
             else nbt_assert_close(r[k], ref[k], 1e-6, 1e-5, "a result across thread counts");
         }
+    }
+    NBT_OK(nb_set_num_threads(prev));
+    nb_scope_end(s);
+}
+
+/* The first extreme of one long row, cut in pieces among the threads: equal maxima in the first
+ * and the last piece (the first wins), then a NaN in the middle piece before a larger value and a
+ * later NaN (the first NaN wins), at 1 to 3 threads; hand-placed, so the answers are known. */
+static void test_threads_extreme(void **state)
+{
+    nb_scope *s = nb_scope_begin();
+    int prev = nb_get_num_threads();
+    enum { N = 100003 };
+    float *v = malloc(N * sizeof *v);
+    assert_non_null(v);
+    for (int i = 0; i < N; i++) v[i] = (float)((i * 7919) % 1000) / 1000.0f;
+    v[30000] = v[70000] = 5, v[20000] = v[99000] = -5;
+    int64_t n = N, one = 1;
+    nb_tensor *x = from(v, &n, 1, NB_FLOAT32);
+    v[50000] = NAN, v[60000] = 9, v[80000] = NAN;
+    nb_tensor *y = from(v, &n, 1, NB_FLOAT32);
+    free(v);
+    for (int nt = 1; nt <= 3; nt++) {
+        NBT_OK(nb_set_num_threads(nt));
+        expect(nb_argmax(x, NB_DIM_NONE, false), (double[]){30000}, NULL, 0, "argmax of a long row");
+        expect(nb_argmin(x, NB_DIM_NONE, false), (double[]){20000}, NULL, 0, "argmin of a long row");
+        nb_tensor *idx;
+        expect(nb_max_dim(x, 0, true, &idx), (double[]){5}, &one, 1, "max_dim of a long row");
+        expect(idx, (double[]){30000}, &one, 1, "max_dim index of a long row");
+        expect(nb_argmax(y, NB_DIM_NONE, false), (double[]){50000}, NULL, 0, "argmax with NaNs");
+        expect(nb_argmin(y, 0, false), (double[]){50000}, NULL, 0, "argmin with NaNs");
     }
     NBT_OK(nb_set_num_threads(prev));
     nb_scope_end(s);
@@ -531,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_hand),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads_extreme),
         cmocka_unit_test(test_softmax_properties),
         cmocka_unit_test(test_softmax_f32_vs_f64),
         cmocka_unit_test(test_fast_vs_reference),

@@ -348,19 +348,27 @@ static inline double f_combine(fop f, double x, double y)
 }
 
 #if defined(__x86_64__)
-/* float32 sum in double: eight accumulators of eight lanes keep the adds independent. */
+/* float32 sum in double: four accumulators of eight lanes keep the adds independent, and the
+ * tail is one masked load. Named registers, not an array: GCC kept an array of eight on the stack,
+ * zeroed with rep stos on every call, which was most of a 32-element run's cost. */
 __attribute__((target("avx512f"))) static double sum_f32_avx512(const float *x, int64_t n)
 {
-    __m512d acc[8];
-    for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_pd();
+#define CVT8(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 8; k++) acc[k] = _mm512_add_pd(acc[k], _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * k)));
-    for (; i + 8 <= n; i += 8) acc[0] = _mm512_add_pd(acc[0], _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
-    for (int k = 1; k < 8; k++) acc[0] = _mm512_add_pd(acc[0], acc[k]);
-    double s = _mm512_reduce_add_pd(acc[0]);
-    for (; i < n; i++) s += x[i];
-    return s;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_add_pd(a0, CVT8(x + i));
+        a1 = _mm512_add_pd(a1, CVT8(x + i + 8));
+        a2 = _mm512_add_pd(a2, CVT8(x + i + 16));
+        a3 = _mm512_add_pd(a3, CVT8(x + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm512_add_pd(a0, CVT8(x + i));
+#undef CVT8
+    if (i < n) {
+        __m512 t = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i);
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
 }
 
 /* float32 max / min (sign 1 / -1) of n >= 1 elements; any NaN gives NaN. */
@@ -387,6 +395,23 @@ __attribute__((target("avx512f"))) static double extreme_f32_avx512(const float 
         r = sign > 0 ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
     }
     return nan ? NAN : r;
+}
+
+/* The first position of the max (sign 1) or min (-1) of n >= 1 floats, or of the first NaN: the
+ * extreme by the vector pass above, then the first element equal to it (-0 and +0 are equal, so
+ * the first of either is found, as the reference's strict comparison finds it). */
+__attribute__((target("avx512f"))) static int64_t first_extreme_f32_avx512(const float *x, int64_t n, int sign)
+{
+    float m = (float)extreme_f32_avx512(x, n, sign);
+    __m512 mv = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+        __mmask16 hit = m != m ? _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q)
+                               : _mm512_mask_cmp_ps_mask(live, v, mv, _CMP_EQ_OQ);
+        if (hit) return i + __builtin_ctz(hit);
+    }
+    return 0; /* not reached: m is one of the n */
 }
 
 /* acc[j] += the nrows rows' x[j], in double: the outer mode's inner loop for float32 sums. */
@@ -523,7 +548,8 @@ static double fast_run(const fast *c, int64_t off, int64_t n)
                   : run_f64(c->f, (const double *)c->in + off, n, c->shift);
 }
 
-static void fast_store(const fast *c, const rplan *p, int64_t o, double v)
+/* Stores output v at element offset `at` of out, finishing MEAN, NORM(2) and VAR. */
+static void fast_store(const fast *c, const rplan *p, int64_t at, double v)
 {
     if (c->op == NB_OP_MEAN) v /= (double)p->nred;
     else if (c->f == F_ADDSQ) v = sqrt(v);
@@ -532,10 +558,25 @@ static void fast_store(const fast *c, const rplan *p, int64_t o, double v)
         v /= dof > 0 ? dof : 0;
         if (c->sqrt) v = sqrt(v);
     }
-    char *dst = c->out + offset_of(o, p->nk, p->ks, p->ko) * c->es;
+    char *dst = c->out + at * c->es;
     if (c->f32) *(float *)dst = (float)v;
     else *(double *)dst = v;
 }
+
+/* Walks the outputs [o0, o1) in row-major order of the kept dims with wi.off, wo.off and w2.off
+ * their offsets in the input, out and out2: one division per range instead of one per output
+ * (the sum over the 32 channels of a channels-last [128, 32, 28, 28] spent half its 5 ms in
+ * offset_of). */
+#define FOR_KEPT(p, o0, o1, o, wi, wo, w2, ...)                                                   \
+    do {                                                                                         \
+        walk wi, wo, w2;                                                                         \
+        walk_seek(&wi, (p)->nk, (p)->ks, (p)->kin, o0);                                          \
+        walk_seek(&wo, (p)->nk, (p)->ks, (p)->ko, o0);                                           \
+        walk_seek(&w2, (p)->nk, (p)->ks, (p)->ko2, o0);                                          \
+        for (int64_t o = o0; o < o1; o++, walk_next(&wi), walk_next(&wo), walk_next(&w2)) {      \
+            __VA_ARGS__;                                                                         \
+        }                                                                                        \
+    } while (0)
 
 /* Inner mode: reduced positions [q0, q1) of one output, q = (outer reduced position) * L + j. */
 static double inner_range(const fast *c, const rplan *p, int64_t base, int64_t q0, int64_t q1)
@@ -574,10 +615,10 @@ static double inner_split(const fast *c, const rplan *p, int64_t base, int nt)
     return acc;
 }
 
-/* One output: a single pass, or for VAR the mean and then the squared deviations from it. */
-static double inner_output(const fast *c, const rplan *p, int64_t o, int nt)
+/* One output (its reduced elements from input offset base): a single pass, or for VAR the mean
+ * and then the squared deviations from it. */
+static double inner_output(const fast *c, const rplan *p, int64_t base, int nt)
 {
-    int64_t base = offset_of(o, p->nk, p->ks, p->kin);
     if (c->op != NB_OP_VAR) return nt > 1 ? inner_split(c, p, base, nt) : inner_range(c, p, base, 0, p->nred);
     fast m = *c;
     m.f = F_ADD;
@@ -591,12 +632,23 @@ static nb_status inner_mode(const fast *c, const rplan *p)
 {
     int nt = nb_cpu_threads_for(p->nout * p->nred, 0);
     if (p->nout >= nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t o = 0; o < p->nout; o++) fast_store(c, p, o, inner_output(c, p, o, 1));
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+            int t = 0, n = 1;
+#endif
+            int64_t o0 = p->nout * t / n, o1 = p->nout * (t + 1) / n;
+            if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
+                FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, fast_run(c, wi.off, p->nred)));
+            else
+                FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, inner_output(c, p, wi.off, 1)));
+        }
         return NB_OK;
     }
     /* few outputs: each one's reduction is split across the threads */
-    for (int64_t o = 0; o < p->nout; o++) fast_store(c, p, o, inner_output(c, p, o, nt));
+    FOR_KEPT(p, 0, p->nout, o, wi, wo, w2, fast_store(c, p, wo.off, inner_output(c, p, wi.off, nt)));
     return NB_OK;
 }
 
@@ -664,7 +716,8 @@ static nb_status outer_mode(const fast *c, const rplan *p)
             }
             for (int64_t j = 0; j < cw; j++) acc[j] = init;
             outer_block(&m, p, ko, c0, cw, 0, p->nred, acc);
-            for (int64_t j = 0; j < cw; j++) fast_store(c, p, ko * K + c0 + j, acc[j]);
+            int64_t at = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
+            for (int64_t j = 0; j < cw; j++) fast_store(c, p, at + j, acc[j]);
         }
         return NB_OK;
     }
@@ -689,11 +742,12 @@ static nb_status outer_mode(const fast *c, const rplan *p)
 #endif
                 outer_block(&m, p, ko, c0, cw, p->nred * t / n, p->nred * (t + 1) / n, part + (int64_t)t * OUTER_CW);
             }
+            int64_t at = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
             for (int64_t j = 0; j < cw; j++) {
                 double acc = start;
                 for (int k = 0; k < nt; k++) acc = f_combine(m.f, acc, part[(int64_t)k * OUTER_CW + j]);
                 if (pass == 0) mean[j] = acc / (double)p->nred;
-                else fast_store(c, p, ko * K + c0 + j, acc);
+                else fast_store(c, p, at + j, acc);
             }
         }
     }
@@ -794,6 +848,108 @@ static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool
     return NB_OK;
 }
 
+/* The first position of the extreme of n >= 1 elements (the first NaN wins), one pass. */
+#define FIRST_FN(NAME, T)                                                                        \
+    static int64_t NAME(const T *x, int64_t n, int sign)                                         \
+    {                                                                                            \
+        T b = x[0];                                                                              \
+        int64_t at = 0;                                                                          \
+        if (b != b) return 0;                                                                    \
+        for (int64_t i = 1; i < n; i++) {                                                        \
+            T v = x[i];                                                                          \
+            if (v != v) return i;                                                                \
+            if (sign > 0 ? v > b : v < b) b = v, at = i;                                         \
+        }                                                                                        \
+        return at;                                                                               \
+    }
+FIRST_FN(first_extreme_f32, float)
+FIRST_FN(first_extreme_f64, double)
+
+static int64_t first_extreme(bool f32, const char *x, int64_t n, int sign)
+{
+#if defined(__x86_64__)
+    if (f32 && nb_cpu_avx512()) return first_extreme_f32_avx512((const float *)x, n, sign);
+#endif
+    return f32 ? first_extreme_f32((const float *)x, n, sign) : first_extreme_f64((const double *)x, n, sign);
+}
+
+/* MAX / MIN with positions and ARGMAX / ARGMIN over one run of unit stride per output (the
+ * channels of a channels-last [N, C, H, W], the last dim of a row-major tensor): each output's
+ * first extreme by first_extreme. With fewer outputs than threads each run is cut in pieces,
+ * whose firsts are merged in order (a NaN first, then the larger, the earlier on ties). argmax
+ * over the channels of a channels-last [128, 32, 28, 28] at 1 thread: 18-20 ms on the
+ * reference's walk per output. *done: it did. */
+static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool *done)
+{
+    const nb_tensor *in = a->in[0];
+    bool arg = op == NB_OP_ARGMAX || op == NB_OP_ARGMIN, f32 = in->dtype == NB_FLOAT32;
+    *done = false;
+    if ((!f32 && in->dtype != NB_FLOAT64) || p->nr != 1 || p->rin[0] != 1 || (!arg && !a->out2)) return NB_OK;
+    int sign = op == NB_OP_MAX || op == NB_OP_ARGMAX ? 1 : -1;
+    int64_t L = p->rs[0], es = f32 ? 4 : 8;
+    const char *ib = nb__data(in);
+    char *ob = nb__data(a->out), *o2b = a->out2 ? nb__data(a->out2) : NULL;
+    int nt = nb_cpu_threads_for(p->nout * L, 0);
+    if (nt > 256) nt = 256;
+#define PUT(o_off, o2_off, at, x)                                                                \
+    do {                                                                                         \
+        if (arg) {                                                                               \
+            ((int64_t *)ob)[o_off] = (at);                                                       \
+            break;                                                                               \
+        }                                                                                        \
+        if (f32) ((float *)ob)[o_off] = ((const float *)(x))[at];                                 \
+        else ((double *)ob)[o_off] = ((const double *)(x))[at];                                  \
+        ((int64_t *)o2b)[o2_off] = (at);                                                         \
+    } while (0)
+    if (p->nout >= nt) {
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+            int t = 0, n = 1;
+#endif
+            FOR_KEPT(p, p->nout * t / n, p->nout * (t + 1) / n, o, wi, wo, w2, {
+                const char *x = ib + wi.off * es;
+                int64_t at = first_extreme(f32, x, L, sign);
+                PUT(wo.off, w2.off, at, x);
+            });
+        }
+    } else {
+        for (int64_t o = 0; o < p->nout; o++) { /* few outputs: offset_of for each is cheap */
+            const char *x = ib + offset_of(o, p->nk, p->ks, p->kin) * es;
+            int64_t part[256];
+            int used = nt;
+#pragma omp parallel num_threads(nt)
+            {
+#ifdef _OPENMP
+                int t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+                int t = 0, n = 1;
+#endif
+                int64_t q0 = L * t / n, q1 = L * (t + 1) / n;
+                part[t] = q1 > q0 ? q0 + first_extreme(f32, x + q0 * es, q1 - q0, sign) : -1;
+                if (t == 0) used = n;
+            }
+            int64_t at = -1;
+            for (int k = 0; k < used; k++) {
+                if (part[k] < 0) continue;
+                if (at < 0) {
+                    at = part[k];
+                    continue;
+                }
+                double b = f32 ? ((const float *)x)[at] : ((const double *)x)[at];
+                double v = f32 ? ((const float *)x)[part[k]] : ((const double *)x)[part[k]];
+                if (b == b && (v != v || (sign > 0 ? v > b : v < b))) at = part[k];
+            }
+            PUT(offset_of(o, p->nk, p->ks, p->ko), offset_of(o, p->nk, p->ks, p->ko2), at, x);
+        }
+    }
+#undef PUT
+    *done = true;
+    return NB_OK;
+}
+
 /* When the input's innermost dim is kept but the output is laid out in another order (the sum
  * over dim 0 of a channels-last [N, C, H, W] into a contiguous [C, H, W]: 20-35 ms on the
  * reference path for [128, 32, 28, 28]), the outer mode runs into a scratch output laid out as
@@ -847,6 +1003,7 @@ nb_status nb_cpu_k_reduce(nb_op op, const nb_kargs *a)
         return nb__err(NB_ERR_INVALID_ARG, "%s: cannot reduce over a dim of size 0", nb__op_name(op));
     bool done;
     NB_TRY(try_fast(op, a, &p, &done));
+    if (!done && positions) NB_TRY(extreme_inner(op, a, &p, &done));
     if (!done && positions) NB_TRY(extreme_outer(op, a, &p, &done));
     if (!done && !positions) NB_TRY(via_scratch(op, a, &p, &done));
     if (!done) reference(op, a, &p);
