@@ -41,6 +41,7 @@ void nb_cpu_reset_peak_stats(int index);
 
 #define none NULL
 #define copy nb_cpu_k_copy
+#define cat nb_cpu_k_cat
 #define fill nb_cpu_k_fill
 #define random nb_cpu_k_random
 #define binary nb_cpu_k_binary

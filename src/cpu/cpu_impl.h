@@ -96,6 +96,7 @@ int64_t nb__cpu_alloc_fail_after(int64_t n);
 
 /* The families' kernels (ops.def's third column), one file each in src/cpu/ops/. */
 nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a);
+nb_status nb_cpu_k_cat(nb_op op, const nb_kargs *a); /* in copy.c */
 nb_status nb_cpu_k_fill(nb_op op, const nb_kargs *a);
 nb_status nb_cpu_k_random(nb_op op, const nb_kargs *a);
 nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a);

@@ -1,6 +1,7 @@
 /* Joining and splitting: cat, stack, split, split_with_sizes, chunk.
- * cat copies each input into a narrow of a new output (the COPY kernel on an alias of it; the
- * output channels-last when every input is, on the CPU, else contiguous) and
+ * cat fills a new output (channels-last when every input is, on the CPU, else contiguous) by the
+ * device's CAT kernel, up to four inputs a call, or where it has none by the COPY kernel on the
+ * slice of each input, and
  * records one CAT node with an edge per input; stack is cat of unsqueezed inputs; the splits
  * return views (nb_narrow), whose gradient is the slice rule. */
 #include <stdlib.h>
@@ -58,23 +59,32 @@ static nb_status cat_shape(nb_tensor *const *ts, int n, int64_t dim, int64_t *sh
     return NB_OK;
 }
 
-/* Copies each input into its slice of out. */
+/* Fills out: on a device with a CAT kernel, groups of up to four inputs at a time into their
+ * slice of out (the CPU's writes a channels-last result in memory order); elsewhere each input
+ * is copied into its own slice. Skipped and empty inputs take no part. */
 static nb_status cat_fill(nb_tensor *out, nb_tensor *const *ts, int n, int64_t dim)
 {
+    const nb_backend *be = nb__backend(out->storage->device);
+    if (!be) return nb_last_status();
+    bool kernel = be->kernels[NB_OP_CAT] != NULL;
     int64_t pos = 0, shape[NB_MAX_DIMS];
     memcpy(shape, out->shape, sizeof shape);
-    for (int i = 0; i < n; i++) {
-        if (cat_skips(ts[i])) continue;
-        shape[dim] = ts[i]->shape[dim];
-        if (shape[dim] > 0) {
-            nb_tensor *v = nb__tensor_alias(out, shape, out->strides, out->ndim, out->offset + pos * out->strides[dim]);
-            if (!v) return nb_last_status();
-            nb_kargs a = {.out = v, .in = {ts[i]}};
-            nb_status st = nb__dispatch(NB_OP_COPY, &a);
-            nb__release(v);
-            NB_TRY(st);
-        }
-        pos += shape[dim];
+    for (int i = 0; i < n;) {
+        nb_kargs a = {.i0 = dim};
+        int64_t width = 0;
+        for (; i < n && a.i1 < (kernel ? 4 : 1); i++)
+            if (!cat_skips(ts[i]) && ts[i]->shape[dim] > 0) {
+                a.in[a.i1++] = ts[i];
+                width += ts[i]->shape[dim];
+            }
+        if (!a.i1) continue;
+        shape[dim] = width;
+        a.out = nb__tensor_alias(out, shape, out->strides, out->ndim, out->offset + pos * out->strides[dim]);
+        if (!a.out) return nb_last_status();
+        nb_status st = nb__dispatch(kernel ? NB_OP_CAT : NB_OP_COPY, &a);
+        nb__release(a.out);
+        NB_TRY(st);
+        pos += width;
     }
     return NB_OK;
 }

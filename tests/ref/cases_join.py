@@ -37,6 +37,10 @@ def _cat(t, g):
         ("zero_size", [(0, 3), (2, 3)], 0),
         ("one", [(3, 2)], 1),
         ("vec", [(3,), (1,), (4,)], 0),
+        # 16 or more positions outside the dim: the CPU writes the result in memory order, four
+        # inputs a call (six inputs: two calls), chunk after chunk
+        ("rows", [(20, 3), (20, 1), (20, 5), (20, 2), (20, 4), (20, 1)], 1),
+        ("mid", [(17, 2, 3), (17, 1, 3), (17, 4, 3)], 1),
     ]
     for var, shapes, dim in specs:
         for dn, dt in DTYPES.items():

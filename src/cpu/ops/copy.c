@@ -96,6 +96,30 @@ static void copy_same_nt(char **p, const int64_t *s, int64_t n, void *ctx)
 }
 #endif
 
+/* Short contiguous runs a fixed distance apart on each side, as a 2-D copy in one loop: the
+ * iterator's call per run costs more than a run of a few cache lines. Copying 32 channels
+ * (128 bytes) per pixel of a channels-last [128, 32, 28, 28] float32 into every other slot of a
+ * channels-last [128, 64, 28, 28] (what cat did, one input at a time): 2.2 -> 1.7 ms at 1 thread
+ * (Zen 4). */
+#define ROWS_MAX_RUN 4096
+static bool copy_rows(const nb_cpu_iter *it, size_t es)
+{
+    if (it->ndim != 2 || it->strides[0][1] != (int64_t)es || it->strides[1][1] != (int64_t)es) return false;
+    size_t bytes = (size_t)it->shape[1] * es;
+    if (bytes > ROWS_MAX_RUN) return false;
+    int64_t rows = it->shape[0], so = it->strides[0][0], si = it->strides[1][0];
+    char *o = it->base[0];
+    const char *in = it->base[1];
+    int nt = nb_cpu_threads_for(rows * it->shape[1], 0);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t r0, r1;
+        nb_cpu_thread_share(rows, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) memcpy(o + r * so, in + r * si, bytes);
+    }
+    return true;
+}
+
 /* Per image, dst[j ldo + i] = src[i ldi + j] for the [rows, cols] matrix src, in TILE x TILE
  * tiles (both sides touch whole cache lines); images (rows * ldi and cols * ldo elements apart)
  * and tile rows are split across threads. 4-byte elements on an AVX2 CPU: tiles of TILE_R rows
@@ -316,6 +340,7 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     nb_cpu_iter_elementwise(&it, a->out, &a->in[0], 1);
     size_t es = nb_dtype_size(a->out->dtype);
     if (a->out->dtype == a->in[0]->dtype) {
+        if (copy_rows(&it, es)) return NB_OK;
         nb_cpu_loop_fn same = copy_same;
 #ifdef NB_STREAM
         if (nb_cpu_streams_output(nb_tensor_numel(a->out) * (int64_t)es)) same = copy_same_nt;
@@ -328,6 +353,128 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
         return nb__err(NB_ERR_DTYPE, "copy: no conversion from %s to %s on the CPU",
                        nb_dtype_name(a->in[0]->dtype), nb_dtype_name(a->out->dtype));
     nb_cpu_iter_run(&it, loop, NULL, 0);
+    return NB_OK;
+}
+
+/* CAT: in[0 .. i1) (i1 <= 4, none empty along the dim) joined along dim i0 into out, the slice
+ * of the whole result they fill. Where out is dense from the dim inwards in its own memory order
+ * and each input is dense the same way, the result is written in memory order: for each position
+ * of the dims outside the dim, each input's chunk in turn. A channels-last cat over the channels
+ * then writes one stream instead of every other 128 bytes once per input: 4.8 -> 1.9 ms for two
+ * [128, 32, 28, 28] float32 at 1 thread (Zen 4; PyTorch 1.6). Otherwise, and for mixed dtypes,
+ * each input is copied into its slice of out. */
+/* memcpy, inline for short runs of whole 16-byte pieces (the call was a third of the time of a
+ * cat of 128-byte chunks). */
+static inline void copy_chunk(char *restrict d, const char *restrict q, size_t bytes)
+{
+#ifdef NB_STREAM
+    if (bytes <= 512 && bytes % 16 == 0) {
+        for (size_t k = 0; k < bytes; k += 16) _mm_storeu_si128((__m128i *)(d + k), _mm_loadu_si128((const __m128i *)(q + k)));
+        return;
+    }
+#endif
+    memcpy(d, q, bytes);
+}
+
+static bool cat_in_order(const nb_kargs *a)
+{
+    const nb_tensor *out = a->out;
+    int n = (int)a->i1, dim = (int)a->i0, nd = out->ndim;
+    size_t es = nb_dtype_size(out->dtype);
+    for (int i = 0; i < n; i++)
+        if (a->in[i]->dtype != out->dtype) return false;
+    int ord[NB_MAX_DIMS] = {0}, m = 0; /* out's dims of size > 1 and dim, outermost first, stable */
+    for (int d = 0; d < nd; d++) {
+        if (out->shape[d] == 1 && d != dim) continue;
+        int j = m++;
+        while (j > 0 && out->strides[ord[j - 1]] < out->strides[d]) ord[j] = ord[j - 1], j--;
+        ord[j] = d;
+    }
+    int k = 0;
+    while (ord[k] != dim) k++;
+    int64_t inner = 1; /* elements per position of the dim, the same on every operand */
+    for (int j = m - 1; j > k; j--) {
+        if (out->strides[ord[j]] != inner) return false;
+        for (int i = 0; i < n; i++)
+            if (a->in[i]->strides[ord[j]] != inner) return false;
+        inner *= out->shape[ord[j]];
+    }
+    if (out->strides[dim] != inner) return false;
+    for (int i = 0; i < n; i++)
+        if (a->in[i]->shape[dim] > 1 && a->in[i]->strides[dim] != inner) return false;
+    /* the outer dims, merged where every operand steps through two as one */
+    int64_t osh[NB_MAX_DIMS], ost[5][NB_MAX_DIMS], outer = 1;
+    int no = 0;
+    for (int j = 0; j < k; j++) {
+        int d = ord[j];
+        bool merge = no > 0 && ost[0][no - 1] == out->strides[d] * out->shape[d];
+        for (int i = 0; i < n && merge; i++) merge = ost[1 + i][no - 1] == a->in[i]->strides[d] * out->shape[d];
+        if (merge) {
+            osh[no - 1] *= out->shape[d];
+            ost[0][no - 1] = out->strides[d];
+            for (int i = 0; i < n; i++) ost[1 + i][no - 1] = a->in[i]->strides[d];
+        } else {
+            osh[no] = out->shape[d];
+            ost[0][no] = out->strides[d];
+            for (int i = 0; i < n; i++) ost[1 + i][no] = a->in[i]->strides[d];
+            no++;
+        }
+        outer *= out->shape[d];
+    }
+    if (outer < 16) return false; /* a few long chunks: the threaded copies do better */
+    char *ob = nb__data(out);
+    const char *ib[4];
+    size_t chunk[4];
+    int64_t at[4]; /* bytes per outer position, and the offset of each in out's */
+    for (int i = 0, pos = 0; i < n; i++) {
+        ib[i] = nb__data(a->in[i]);
+        chunk[i] = (size_t)(a->in[i]->shape[dim] * inner) * es;
+        at[i] = pos * inner * (int64_t)es;
+        pos += (int)a->in[i]->shape[dim];
+    }
+    for (int j = 0; j < no; j++)
+        for (int i = 0; i <= n; i++) ost[i][j] *= (int64_t)es;
+    int nt = nb_cpu_threads_for(nb_tensor_numel(out), 0);
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t o0, o1, idx[NB_MAX_DIMS], off[5] = {0};
+        nb_cpu_thread_share(outer, &o0, &o1);
+        for (int64_t rem = o0, j = no - 1; j >= 0; j--) {
+            idx[j] = rem % osh[j];
+            rem /= osh[j];
+            for (int i = 0; i <= n; i++) off[i] += idx[j] * ost[i][j];
+        }
+        for (int64_t o = o0; o < o1; o++) {
+            for (int i = 0; i < n; i++) copy_chunk(ob + off[0] + at[i], ib[i] + off[1 + i], chunk[i]);
+            for (int j = no - 1; j >= 0; j--) {
+                for (int i = 0; i <= n; i++) off[i] += ost[i][j];
+                if (++idx[j] < osh[j]) break;
+                for (int i = 0; i <= n; i++) off[i] -= ost[i][j] * osh[j];
+                idx[j] = 0;
+            }
+        }
+    }
+    return true;
+}
+
+nb_status nb_cpu_k_cat(nb_op op, const nb_kargs *a)
+{
+    (void)op;
+    if (cat_in_order(a)) return NB_OK;
+    const nb_tensor *out = a->out;
+    int dim = (int)a->i0;
+    int64_t shape[NB_MAX_DIMS], pos = 0;
+    memcpy(shape, out->shape, sizeof shape);
+    for (int i = 0; i < (int)a->i1; i++) {
+        shape[dim] = a->in[i]->shape[dim];
+        nb_tensor *v = nb__tensor_alias(out, shape, out->strides, out->ndim, out->offset + pos * out->strides[dim]);
+        if (!v) return nb_last_status();
+        nb_kargs c = {.out = v, .in = {a->in[i]}};
+        nb_status st = nb_cpu_k_copy(NB_OP_COPY, &c);
+        nb__release(v);
+        NB_TRY(st);
+        pos += shape[dim];
+    }
     return NB_OK;
 }
 
