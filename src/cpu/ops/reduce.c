@@ -796,11 +796,41 @@ static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *don
     return NB_OK;
 }
 
+/* The first extreme of each of cw columns down R rows rst elements apart, and its row: a NaN
+ * sticks, and a later equal value does not replace the first. In the columns' own type (the
+ * comparisons are exact) and compiled for each vector width. */
+#define COLS_FN(NAME, T)                                                                         \
+    NB_CLONES static void NAME(const T *x0, int64_t rst, int64_t R, int64_t cw, int sign, T *restrict best,   \
+                               int64_t *restrict at)                                             \
+    {                                                                                            \
+        for (int64_t j = 0; j < cw; j++) best[j] = x0[j], at[j] = 0;                             \
+        for (int64_t r = 1; r < R; r++) {                                                        \
+            const T *restrict x = x0 + r * rst;                                                  \
+            if (sign > 0)                                                                        \
+                for (int64_t j = 0; j < cw; j++) {                                               \
+                    T v = x[j], b = best[j];                                                     \
+                    bool take = b == b && (v != v || v > b);                                     \
+                    best[j] = take ? v : b;                                                      \
+                    at[j] = take ? r : at[j];                                                    \
+                }                                                                                \
+            else                                                                                 \
+                for (int64_t j = 0; j < cw; j++) {                                               \
+                    T v = x[j], b = best[j];                                                     \
+                    bool take = b == b && (v != v || v < b);                                     \
+                    best[j] = take ? v : b;                                                      \
+                    at[j] = take ? r : at[j];                                                    \
+                }                                                                                \
+        }                                                                                        \
+    }
+COLS_FN(cols_extreme_f32, float)
+COLS_FN(cols_extreme_f64, double)
+
 /* MAX / MIN with positions and ARGMAX / ARGMIN over one dim whose neighbour in memory is kept
  * (the channels of an NCHW [N, C, H, W]): the rows along the reduced dim are compared into a block
  * of columns at a time, with the reference's rules (the first extreme wins, and the first NaN).
  * max_dim over dim 1 of [128, 32, 28, 28] at 1 thread: 19.7 ms on the reference's strided walk
- * per output. *done: it did. */
+ * per output, 8.3 with the columns compared in double, 0.6-0.8 in their own type by
+ * cols_extreme (PyTorch 7.5). *done: it did. */
 #define EXTREME_CB 1024
 static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool *done)
 {
@@ -819,28 +849,20 @@ static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool
     int nt = nb_cpu_threads_for(p->nout * R, 0);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t it = 0; it < nko * nch; it++) {
-        double best[EXTREME_CB];
+        float bestf[EXTREME_CB];
+        double bestd[EXTREME_CB];
         int64_t at[EXTREME_CB];
         int64_t ko = it / nch, c0 = (it % nch) * EXTREME_CB, cw = K - c0 < EXTREME_CB ? K - c0 : EXTREME_CB;
         const char *x0 = ib + (offset_of(ko, p->nk - 1, p->ks, p->kin) + c0) * es;
-        for (int64_t r = 0; r < R; r++) {
-            const char *x = x0 + r * rst * es;
-            for (int64_t j = 0; j < cw; j++) {
-                double v = f32 ? (double)((const float *)x)[j] : ((const double *)x)[j];
-                bool take = r == 0 || (best[j] == best[j] && (v != v || (sign > 0 ? v > best[j] : v < best[j])));
-                best[j] = take ? v : best[j];
-                at[j] = take ? r : at[j];
-            }
-        }
+        if (f32) cols_extreme_f32((const float *)x0, rst, R, cw, sign, bestf, at);
+        else cols_extreme_f64((const double *)x0, rst, R, cw, sign, bestd, at);
         int64_t oo = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
         if (arg) {
             for (int64_t j = 0; j < cw; j++) ((int64_t *)ob)[oo + j] = at[j];
             continue;
         }
-        for (int64_t j = 0; j < cw; j++) {
-            if (f32) ((float *)ob)[oo + j] = (float)best[j];
-            else ((double *)ob)[oo + j] = best[j];
-        }
+        if (f32) memcpy((float *)ob + oo, bestf, (size_t)cw * sizeof(float));
+        else memcpy((double *)ob + oo, bestd, (size_t)cw * sizeof(double));
         int64_t o2 = offset_of(ko, p->nk - 1, p->ks, p->ko2) + c0;
         for (int64_t j = 0; j < cw; j++) ((int64_t *)o2b)[o2 + j] = at[j];
     }
