@@ -301,6 +301,10 @@ static void test_threads(void **state)
     nb_tensor *x = NBT_CHECK(nb_randn(shape, 2, &p));
     /* columns split into blocks among the threads, and more columns than one block takes */
     nb_tensor *wide = NBT_CHECK(nb_randn((int64_t[]){64, 40000}, 2, &p));
+    /* few outputs inside an outer reduced dim (NCHW's sum over (0, 2, 3)): runs in memory order,
+     * shared out among the threads, against the reference path on a strided copy */
+    nb_tensor *img = NBT_CHECK(nb_randn((int64_t[]){64, 40, 500}, 3, &p)), *img_s = nbt_noncontig(img);
+    const int64_t d02[2] = {0, 2};
     nb_generator_free(g);
     nb_tensor *ref[5];
     for (int nt = 1; nt <= 3; nt++) {
@@ -312,6 +316,9 @@ static void test_threads(void **state)
             if (nt == 1) ref[k] = r[k];
             else nbt_assert_close(r[k], ref[k], 1e-6, 1e-5, "a result across thread counts");
         }
+        nbt_assert_close(nb_sum(img, d02, 2, false), nb_sum(img_s, d02, 2, false), 1e-6, 1e-5, "sum over (0, 2)");
+        nbt_assert_close(nb_mean(img, d02, 2, true), nb_mean(img_s, d02, 2, true), 1e-6, 1e-6, "mean over (0, 2)");
+        nbt_assert_close(nb_norm(img, 2, d02, 2, false), nb_norm(img_s, 2, d02, 2, false), 1e-6, 1e-5, "norm over (0, 2)");
     }
     NBT_OK(nb_set_num_threads(prev));
     nb_scope_end(s);
