@@ -371,6 +371,10 @@ static void test_fast_vs_reference(void **state)
         {2, {3, 20000}, 1, {1}},     {1, {100003}, 0, {0}},
         /* outer mode over several column blocks (more than OUTER_CW columns; and a kept outer dim) */
         {2, {40, 40000}, 1, {0}},    {3, {3, 50, 5000}, 1, {1}},
+        /* up to 64 columns down many rows, summed in registers: one to eight vectors of eight,
+         * the last one masked, and an odd number of rows */
+        {2, {1001, 13}, 1, {0}},     {2, {999, 64}, 1, {0}},      {2, {777, 57}, 1, {0}},
+        {2, {1003, 65}, 1, {0}},     {3, {3, 501, 8}, 1, {1}},
     };
     nb_scope *s = nb_scope_begin();
     nb_generator *g = nb_generator_create(5);

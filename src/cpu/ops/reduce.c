@@ -441,6 +441,57 @@ __attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, 
         for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
 }
 
+/* acc[0 .. K) += the R rows of K <= 64 float32 columns, rows rst elements apart, in double,
+ * with the accumulators in registers over all the rows (NV vectors of eight, the last masked):
+ * the sum over (0, 2, 3) of a channels-last [128, 32, 28, 28], 100352 rows of 32, took 0.6-0.9
+ * ms at 1 thread reading and writing acc every eight rows, against 0.3 for the NCHW one. */
+#define NARROW_FN(NV)                                                                            \
+    __attribute__((target("avx512f"))) static void narrow_add_##NV(double *acc, const float *x, int64_t rst, \
+                                                                   int64_t R, int64_t K)         \
+    {                                                                                            \
+        __m512d a[NV], b[NV];                                                                    \
+        __mmask8 last = (__mmask8)(K - 8 * (NV - 1) >= 8 ? 0xff : (1u << (K - 8 * (NV - 1))) - 1); \
+        for (int v = 0; v < NV; v++) a[v] = b[v] = _mm512_setzero_pd();                          \
+        int64_t r = 0;                                                                           \
+        for (; r + 2 <= R; r += 2) { /* two rows into two sets: independent adds */              \
+            const float *q = x + r * rst, *q2 = q + rst;                                         \
+            for (int v = 0; v < NV - 1; v++) {                                                   \
+                a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));         \
+                b[v] = _mm512_add_pd(b[v], _mm512_cvtps_pd(_mm256_loadu_ps(q2 + 8 * v)));        \
+            }                                                                                    \
+            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
+            b[NV - 1] = _mm512_add_pd(b[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q2 + 8 * (NV - 1))))));    \
+        }                                                                                        \
+        for (; r < R; r++) {                                                                     \
+            const float *q = x + r * rst;                                                        \
+            for (int v = 0; v < NV - 1; v++) a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v))); \
+            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
+        }                                                                                        \
+        for (int v = 0; v < NV - 1; v++)                                                         \
+            _mm512_storeu_pd(acc + 8 * v, _mm512_add_pd(_mm512_loadu_pd(acc + 8 * v), _mm512_add_pd(a[v], b[v]))); \
+        _mm512_mask_storeu_pd(acc + 8 * (NV - 1), last,                                          \
+                              _mm512_add_pd(_mm512_maskz_loadu_pd(last, acc + 8 * (NV - 1)),     \
+                                            _mm512_add_pd(a[NV - 1], b[NV - 1])));               \
+    }
+NARROW_FN(1)
+NARROW_FN(2)
+NARROW_FN(3)
+NARROW_FN(4)
+NARROW_FN(5)
+NARROW_FN(6)
+NARROW_FN(7)
+NARROW_FN(8)
+
+static void narrow_add(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
+{
+    static void (*const fn[8])(double *, const float *, int64_t, int64_t, int64_t) = {
+        narrow_add_1, narrow_add_2, narrow_add_3, narrow_add_4, narrow_add_5, narrow_add_6, narrow_add_7, narrow_add_8};
+    fn[(K + 7) / 8 - 1](acc, x, rst, R, K);
+}
+
 #endif
 
 /* The plain loops below are written for the vectoriser (8 independent partial results), and
@@ -733,6 +784,12 @@ static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, i
                         int64_t r1, double *acc)
 {
     int64_t base = offset_of(ko, p->nk - 1, p->ks, p->kin) + c0;
+#if defined(__x86_64__)
+    if (p->nr == 1 && cw <= 64 && c->f32 && c->f == F_ADD && nb_cpu_avx512()) {
+        narrow_add(acc, (const float *)c->in + base + r0 * p->rin[0], p->rin[0], r1 - r0, cw);
+        return;
+    }
+#endif
     walk w;
     walk_seek(&w, p->nr, p->rs, p->rin, r0);
     const void *rows[8];
