@@ -13,10 +13,15 @@
  * every dtype, computed in double / int64), and fast paths for float32 / float64 SUM MEAN MAX MIN
  * NORM(p = 1, 2) and VAR (two passes: the mean, then squared deviations) when the innermost
  * memory run is contiguous:
- *   inner: the run is reduced: each output sums whole runs (vectorised; float32 in double);
+ *   inner: the run is reduced: each output sums whole runs (vectorised; float32 in double); few
+ *          outputs inside an outer reduced dim visit the runs in memory order (inner_in_order);
  *   outer: the run is kept: input rows accumulate into a vector of outputs, so that a reduction
- *          over dim 0 of [N, C] reads memory in order instead of striding per output.
- * Both split the reduction itself across threads when there are too few outputs to go round. */
+ *          over dim 0 of [N, C] reads memory in order instead of striding per output (up to 64
+ *          float32 columns in registers, narrow_add).
+ * Both split the reduction itself across threads when there are too few outputs to go round.
+ * Positions (ARGMAX ARGMIN, MAX MIN with out2) over one dim: along a unit-stride run, a vector
+ * pass for the extreme and a search for its first occurrence (extreme_inner); down columns, rows
+ * compared a block of columns at a time in the columns' own type (extreme_outer). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
