@@ -39,6 +39,9 @@ int nb_cpu_threads_for(int64_t work, int64_t grain);
 /* The calling thread's number in its OpenMP team (0 outside a parallel region or without
  * OpenMP): per-thread scratch in kernels that split work with `omp for`. */
 int nb_cpu_thread_num(void);
+/* The calling thread's index *t in its OpenMP team of *n (0 of 1 outside a parallel region or
+ * without OpenMP). */
+void nb_cpu_thread_pos(int *t, int *n);
 /* The calling thread's equal share [*lo, *hi) of `count` items in its OpenMP team (all of them
  * outside a parallel region or without OpenMP). */
 void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi);

@@ -85,13 +85,19 @@ int nb_cpu_thread_num(void)
 #endif
 }
 
-void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi)
+void nb_cpu_thread_pos(int *t, int *n)
 {
 #ifdef _OPENMP
-    int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    *t = omp_get_thread_num(), *n = omp_get_num_threads();
 #else
-    int64_t t = 0, n = 1;
+    *t = 0, *n = 1;
 #endif
+}
+
+void nb_cpu_thread_share(int64_t count, int64_t *lo, int64_t *hi)
+{
+    int t, n;
+    nb_cpu_thread_pos(&t, &n);
     *lo = count * t / n;
     *hi = count * (t + 1) / n;
 }

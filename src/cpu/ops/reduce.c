@@ -26,9 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -657,11 +654,8 @@ static double inner_split(const fast *c, const rplan *p, int64_t base, int nt)
     if (nt > 256) nt = 256;
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-        int t = 0, n = 1;
-#endif
+        int t, n;
+        nb_cpu_thread_pos(&t, &n);
         part[t] = inner_range(c, p, base, p->nred * t / n, p->nred * (t + 1) / n);
         if (t == 0)
             for (int k = n; k < nt; k++) part[k] = f_identity(c->f);
@@ -726,11 +720,8 @@ static nb_status inner_in_order(const fast *c, const rplan *p, bool *done)
     for (int64_t i = 0; i < (int64_t)nt * p->nout; i++) acc[i] = init;
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-        int t = 0, n = 1;
-#endif
+        int t, n;
+        nb_cpu_thread_pos(&t, &n);
         double *a = acc + (int64_t)t * p->nout;
         walk wi, wo;
         int64_t q0 = runs * t / n, q1 = runs * (t + 1) / n;
@@ -757,11 +748,8 @@ static nb_status inner_mode(const fast *c, const rplan *p)
     if (p->nout >= nt) {
 #pragma omp parallel num_threads(nt)
         {
-#ifdef _OPENMP
-            int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-            int t = 0, n = 1;
-#endif
+            int t, n;
+            nb_cpu_thread_pos(&t, &n);
             int64_t o0 = p->nout * t / n, o1 = p->nout * (t + 1) / n;
             if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
                 FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, fast_run(c, wi.off, p->nred)));
@@ -864,11 +852,8 @@ static nb_status outer_mode(const fast *c, const rplan *p)
                 for (int64_t j = 0; j < cw; j++) part[(int64_t)k * OUTER_CW + j] = start;
 #pragma omp parallel num_threads(nt)
             {
-#ifdef _OPENMP
-                int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-                int t = 0, n = 1;
-#endif
+                int t, n;
+                nb_cpu_thread_pos(&t, &n);
                 outer_block(&m, p, ko, c0, cw, p->nred * t / n, p->nred * (t + 1) / n, part + (int64_t)t * OUTER_CW);
             }
             int64_t at = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
@@ -1057,11 +1042,8 @@ static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool
     if (p->nout >= nt) {
 #pragma omp parallel num_threads(nt)
         {
-#ifdef _OPENMP
-            int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-            int t = 0, n = 1;
-#endif
+            int t, n;
+            nb_cpu_thread_pos(&t, &n);
             FOR_KEPT(p, p->nout * t / n, p->nout * (t + 1) / n, o, wi, wo, w2, {
                 const char *x = ib + wi.off * es;
                 int64_t at = first_extreme(f32, x, L, sign);
@@ -1075,11 +1057,8 @@ static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool
             int used = nt;
 #pragma omp parallel num_threads(nt)
             {
-#ifdef _OPENMP
-                int t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-                int t = 0, n = 1;
-#endif
+                int t, n;
+                nb_cpu_thread_pos(&t, &n);
                 int64_t q0 = L * t / n, q1 = L * (t + 1) / n;
                 part[t] = q1 > q0 ? q0 + first_extreme(f32, x + q0 * es, q1 - q0, sign) : -1;
                 if (t == 0) used = n;
