@@ -375,6 +375,10 @@ static void test_fast_vs_reference(void **state)
          * the last one masked, and an odd number of rows */
         {2, {1001, 13}, 1, {0}},     {2, {999, 64}, 1, {0}},      {2, {777, 57}, 1, {0}},
         {2, {1003, 65}, 1, {0}},     {3, {3, 501, 8}, 1, {1}},
+        /* short rows of up to 256, one loop over the outputs: whole vectors, a masked tail, a
+         * tail alone */
+        {2, {1000, 37}, 1, {1}},     {2, {999, 8}, 1, {1}},       {2, {500, 256}, 1, {1}},
+        {2, {300, 3}, 1, {1}},
     };
     nb_scope *s = nb_scope_begin();
     nb_generator *g = nb_generator_create(5);

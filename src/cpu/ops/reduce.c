@@ -416,6 +416,31 @@ __attribute__((target("avx512f"))) static int64_t first_extreme_f32_avx512(const
     return 0; /* not reached: m is one of the n */
 }
 
+/* out[o os] = (sum of the L <= 256 floats at x + o xs) / div for o in [0, count), in double:
+ * one loop over the outputs, which the core overlaps, instead of a call and a horizontal sum
+ * waiting on each other per output (the sum over the 32 channels of a channels-last
+ * [128, 32, 28, 28]: 100352 outputs). */
+#define SHORT_ROW_MAX 256
+__attribute__((target("avx512f"))) static void short_rows_f32_avx512(float *out, int64_t os, const float *x, int64_t xs,
+                                                                   int64_t count, int64_t L, double div)
+{
+    int64_t nv = L / 8;
+    __mmask16 tail = (__mmask16)((1u << (L % 8)) - 1);
+    for (int64_t o = 0; o < count; o++) {
+        const float *q = x + o * xs;
+        __m512d a = _mm512_setzero_pd(), b = a;
+        int64_t v = 0;
+        for (; v + 2 <= nv; v += 2) {
+            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
+            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v + 8)));
+        }
+        if (v < nv) a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
+        if (tail)
+            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(tail, q + 8 * nv))));
+        out[o * os] = (float)(_mm512_reduce_add_pd(_mm512_add_pd(a, b)) / div);
+    }
+}
+
 /* acc[j] += the nrows rows' x[j], in double: the outer mode's inner loop for float32 sums. */
 __attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, const float *const *rows, int nrows,
                                                                  int64_t n)
@@ -751,6 +776,12 @@ static nb_status inner_mode(const fast *c, const rplan *p)
             int t, n;
             nb_cpu_thread_pos(&t, &n);
             int64_t o0 = p->nout * t / n, o1 = p->nout * (t + 1) / n;
+#if defined(__x86_64__)
+            if (p->nr == 1 && p->nk == 1 && p->nred <= SHORT_ROW_MAX && c->f32 && c->f == F_ADD && nb_cpu_avx512())
+                short_rows_f32_avx512((float *)c->out + o0 * p->ko[0], p->ko[0], (const float *)c->in + o0 * p->kin[0],
+                                      p->kin[0], o1 - o0, p->nred, c->op == NB_OP_MEAN ? (double)p->nred : 1.0);
+            else
+#endif
             if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
                 FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, fast_run(c, wi.off, p->nred)));
             else
