@@ -356,13 +356,6 @@ nb_status nb_cpu_k_copy(nb_op op, const nb_kargs *a)
     return NB_OK;
 }
 
-/* CAT: in[0 .. i1) (i1 <= 4, none empty along the dim) joined along dim i0 into out, the slice
- * of the whole result they fill. Where out is dense from the dim inwards in its own memory order
- * and each input is dense the same way, the result is written in memory order: for each position
- * of the dims outside the dim, each input's chunk in turn. A channels-last cat over the channels
- * then writes one stream instead of every other 128 bytes once per input: 4.8 -> 1.9 ms for two
- * [128, 32, 28, 28] float32 at 1 thread (Zen 4; PyTorch 1.6). Otherwise, and for mixed dtypes,
- * each input is copied into its slice of out. */
 /* memcpy, inline for short runs of whole 16-byte pieces (the call was a third of the time of a
  * cat of 128-byte chunks). */
 static inline void copy_chunk(char *restrict d, const char *restrict q, size_t bytes)
@@ -376,6 +369,13 @@ static inline void copy_chunk(char *restrict d, const char *restrict q, size_t b
     memcpy(d, q, bytes);
 }
 
+/* CAT: in[0 .. i1) (i1 <= 4, none empty along the dim) joined along dim i0 into out, the slice
+ * of the whole result they fill. Where out is dense from the dim inwards in its own memory order
+ * and each input is dense the same way, the result is written in memory order: for each position
+ * of the dims outside the dim, each input's chunk in turn. A channels-last cat over the channels
+ * then writes one stream instead of every other 128 bytes once per input: 4.8 -> 1.9 ms for two
+ * [128, 32, 28, 28] float32 at 1 thread (Zen 4; PyTorch 1.6). Otherwise, and for mixed dtypes,
+ * each input is copied into its slice of out. */
 static bool cat_in_order(const nb_kargs *a)
 {
     const nb_tensor *out = a->out;

@@ -722,21 +722,17 @@ static nb_status inner_in_order(const fast *c, const rplan *p, bool *done)
     if (!inside) return NB_OK;
     /* the kept dims and the outer reduced dims, outermost in memory first; an output index
      * multiplier for each (0 for reduced dims) */
-    int nd = 0;
-    int64_t sh[2 * NB_MAX_DIMS], ist[2 * NB_MAX_DIMS], ost[2 * NB_MAX_DIMS];
-    for (int k = 0, m = 1; k < p->nk; k++, m++) {
-        int64_t mult = 1;
-        for (int j = m; j < p->nk; j++) mult *= p->ks[j];
-        sh[nd] = p->ks[k], ist[nd] = p->kin[k], ost[nd++] = mult;
+    int nd = 0, perm[2 * NB_MAX_DIMS];
+    int64_t dsh[2 * NB_MAX_DIMS], dist[2 * NB_MAX_DIMS], dost[2 * NB_MAX_DIMS], mult = 1;
+    for (int k = p->nk - 1; k >= 0; k--) { /* the kept dims, innermost first: row-major multipliers */
+        dsh[nd] = p->ks[k], dist[nd] = p->kin[k], dost[nd++] = mult;
+        mult *= p->ks[k];
     }
-    for (int r = 0; r < p->nr - 1; r++) sh[nd] = p->rs[r], ist[nd] = p->rin[r], ost[nd++] = 0;
-    for (int i = 1; i < nd; i++)
-        for (int j = i; j > 0 && ist[j - 1] < ist[j]; j--) {
-            int64_t t;
-            t = sh[j], sh[j] = sh[j - 1], sh[j - 1] = t;
-            t = ist[j], ist[j] = ist[j - 1], ist[j - 1] = t;
-            t = ost[j], ost[j] = ost[j - 1], ost[j - 1] = t;
-        }
+    for (int r = 0; r < p->nr - 1; r++) dsh[nd] = p->rs[r], dist[nd] = p->rin[r], dost[nd++] = 0;
+    for (int i = 0; i < nd; i++) perm[i] = i;
+    sort_dims(perm, nd, dist);
+    int64_t sh[2 * NB_MAX_DIMS], ist[2 * NB_MAX_DIMS], ost[2 * NB_MAX_DIMS];
+    for (int i = 0; i < nd; i++) sh[i] = dsh[perm[i]], ist[i] = dist[perm[i]], ost[i] = dost[perm[i]];
     int64_t L = p->rs[p->nr - 1], runs = p->nout * (p->nred / L);
     int nt = nb_cpu_threads_for(p->nout * p->nred, 0);
     double *acc = malloc((size_t)nt * (size_t)p->nout * sizeof *acc);
