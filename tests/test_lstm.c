@@ -298,6 +298,13 @@ static void test_threads(void **state)
     nb_scope_end(s);
 }
 
+/* The tolerance of a value that went through a step's product made in another order than
+ * nb_matmul's (fused_product_case, fused_run_case): the gates' pre-activations sum H = 256 products
+ * of size ~0.1 (|sum| ~ 1.6) and dh sums 4H = 1024, so float32 rounding leaves up to a few 1e-6
+ * between the two orders (1.3e-6 on Zen 3's AVX2 kernels); a wrong row or a missing term is ~0.1 off */
+#define FUSED_RTOL 1e-4
+#define FUSED_ATOL 1e-5
+
 /* On the CPU the cell kernels make the step's product with W_hh themselves, each thread its own
  * rows: against the plain kernels after a separate matrix product (nb_matmul), at 1 and 2 threads,
  * for a batch whose rows split across threads (B * H = 2^17) and one that does not. */
@@ -324,11 +331,8 @@ static void fused_product_case(int64_t B, int threads)
     NBT_OK(nb_copy_(nb_select(act_p, 0, 1), prod));
     nb_kargs fp = {.out = y_p, .out2 = act_p, .in = {xp}, .i0 = 1, .flag = true};
     NBT_OK(nb__dispatch(NB_OP_LSTM_CELL, &fp));
-    /* the gates' pre-activations sum H = 256 products of size ~0.1 (|sum| ~ 1.6), in another order
-     * than nb_matmul's: float32 rounding leaves up to a few 1e-6 between the two orders (1.3e-6 on
-     * Zen 3's AVX2 kernels), as in fused_run_case; a wrong row or a missing term is ~0.1 off */
-    nbt_assert_close(y_f, y_p, 1e-4, 1e-5, "fused forward: h and c");
-    nbt_assert_close(act_f, act_p, 1e-4, 1e-5, "fused forward: gates");
+    nbt_assert_close(y_f, y_p, FUSED_RTOL, FUSED_ATOL, "fused forward: h and c");
+    nbt_assert_close(act_f, act_p, FUSED_RTOL, FUSED_ATOL, "fused forward: gates");
     /* backward, step 1: the gate gradients, then dh = dgates[1] W_hh */
     nb_tensor *dg_f = NBT_CHECK(nb_zeros((int64_t[3]){2, B, G}, 3, NULL)), *dhc_f = NBT_CHECK(nb_clone(dhc0));
     nb_kargs b = {.out = dg_f, .out2 = dhc_f, .in = {gy, y_p, act_p, whh}, .i0 = 1};
@@ -339,8 +343,7 @@ static void fused_product_case(int64_t B, int threads)
     NBT_OK(nb_copy_(nb_select(dhc_p, 0, 0), NBT_CHECK(nb_matmul(nb_select(dg_p, 0, 1), whh))));
     NBT_OK(nb_set_num_threads(prev));
     nbt_assert_close(dg_f, dg_p, 0, 0, "fused backward: gate gradients");
-    /* dh sums 4H = 1024 products, in another order than nb_matmul's */
-    nbt_assert_close(dhc_f, dhc_p, 1e-4, 1e-5, "fused backward: dh and dc");
+    nbt_assert_close(dhc_f, dhc_p, FUSED_RTOL, FUSED_ATOL, "fused backward: dh and dc");
     nb_scope_end(s);
 }
 
@@ -377,8 +380,8 @@ static void fused_run_case(int64_t B, int threads, bool flag)
     char what[96];
     snprintf(what, sizeof what, "run of %lld steps, B %lld, %d threads, flag %d: forward", (long long)T,
              (long long)B, threads, flag);
-    nbt_assert_close(y_f, y_p, 1e-4, 1e-5, what);
-    nbt_assert_close(act_f, act_p, 1e-4, 1e-5, what);
+    nbt_assert_close(y_f, y_p, FUSED_RTOL, FUSED_ATOL, what);
+    nbt_assert_close(act_f, act_p, FUSED_RTOL, FUSED_ATOL, what);
     nb_tensor *dg_f = NBT_CHECK(nb_zeros((int64_t[3]){T, B, G}, 3, NULL)), *dhc_f = NBT_CHECK(nb_clone(dhc0));
     nb_kargs b = {.out = dg_f, .out2 = dhc_f, .in = {gy, y_p, act_p, whh}, .i0 = T - 1, .i1 = T, .flag = flag};
     NBT_OK(nb__dispatch(NB_OP_LSTM_CELL_BACKWARD, &b));
@@ -392,8 +395,8 @@ static void fused_run_case(int64_t B, int threads, bool flag)
     NBT_OK(nb_set_num_threads(prev));
     snprintf(what, sizeof what, "run of %lld steps, B %lld, %d threads, flag %d: backward", (long long)T,
              (long long)B, threads, flag);
-    nbt_assert_close(dg_f, dg_p, 1e-4, 1e-5, what);
-    nbt_assert_close(dhc_f, dhc_p, 1e-4, 1e-5, what);
+    nbt_assert_close(dg_f, dg_p, FUSED_RTOL, FUSED_ATOL, what);
+    nbt_assert_close(dhc_f, dhc_p, FUSED_RTOL, FUSED_ATOL, what);
     nb_scope_end(s);
 }
 
