@@ -372,9 +372,11 @@ static void test_fast_vs_reference(void **state)
         /* outer mode over several column blocks (more than OUTER_CW columns; and a kept outer dim) */
         {2, {40, 40000}, 1, {0}},    {3, {3, 50, 5000}, 1, {1}},
         /* up to 64 columns down many rows, summed in registers: one to eight vectors of eight,
-         * the last one masked, and an odd number of rows */
+         * the last one masked, and an odd number of rows; on AVX2 up to 32 columns, one to eight
+         * vectors of four (one set of accumulators from five), the last one masked */
         {2, {1001, 13}, 1, {0}},     {2, {999, 64}, 1, {0}},      {2, {777, 57}, 1, {0}},
-        {2, {1003, 65}, 1, {0}},     {3, {3, 501, 8}, 1, {1}},
+        {2, {1003, 65}, 1, {0}},     {3, {3, 501, 8}, 1, {1}},    {2, {1001, 30}, 1, {0}},
+        {2, {999, 32}, 1, {0}},      {2, {501, 19}, 1, {0}},      {2, {1000, 2}, 1, {0}},
         /* short rows of up to 256, one loop over the outputs: whole vectors, a masked tail, a
          * tail alone */
         {2, {1000, 37}, 1, {1}},     {2, {999, 8}, 1, {1}},       {2, {500, 256}, 1, {1}},

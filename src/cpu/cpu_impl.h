@@ -80,7 +80,8 @@ bool nb_cpu_streams_output(int64_t out_bytes);
  * AVX-512 machine, and a user can compare the two. */
 bool nb_cpu_avx512(void);
 /* Whether the CPU and the OS support AVX2 and FMA (libgcc's check; false off x86-64 or without
- * GCC's builtins): the least nabla's generic-vector kernels (src/cpu/ops/wino.c, stem.c) need. */
+ * GCC's builtins): the least nabla's generic-vector kernels (src/cpu/ops/wino.c, stem.c) and the
+ * reductions' AVX2 kernels (reduce_vec.c) need. */
 bool nb_cpu_avx2_fma(void);
 
 /* n matrices of 4- or 8-byte (es) elements: out's [cols, rows] = in's [rows, cols] transposed,

@@ -17,7 +17,9 @@
  *          outputs inside an outer reduced dim visit the runs in memory order (inner_in_order);
  *   outer: the run is kept: input rows accumulate into a vector of outputs, so that a reduction
  *          over dim 0 of [N, C] reads memory in order instead of striding per output (up to 64
- *          float32 columns in registers, narrow_add).
+ *          float32 columns in registers, 32 on AVX2, and wider ones down few rows a strip of
+ *          that many at a time: narrow_add).
+ * The float32 sums' and extremes' vector kernels, AVX-512F's and AVX2's, are in reduce_vec.c.
  * Both split the reduction itself across threads when there are too few outputs to go round.
  * Positions (ARGMAX ARGMIN, MAX MIN with out2) over one dim: along a unit-stride run, a vector
  * pass for the extreme and a search for its first occurrence (extreme_inner); down columns, rows
@@ -26,11 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "cpu/cpu_impl.h"
+#include "cpu/reduce_impl.h"
 
 /* The reduction's geometry after dropping size-1 dims and merging dims that step as one: kept
  * dims (outputs) and reduced dims, each in the tensor's order. Strides are in elements. */
@@ -349,180 +348,9 @@ static inline double f_combine(fop f, double x, double y)
     return x + y;
 }
 
-#if defined(__x86_64__)
-/* float32 sum in double: four accumulators of eight lanes keep the adds independent, and the
- * tail is one masked load. Named registers, not an array: GCC kept an array of eight on the stack,
- * zeroed with rep stos on every call, which was most of a 32-element run's cost. */
-__attribute__((target("avx512f"))) static double sum_f32_avx512(const float *x, int64_t n)
-{
-#define CVT8(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_pd(a0, CVT8(x + i));
-        a1 = _mm512_add_pd(a1, CVT8(x + i + 8));
-        a2 = _mm512_add_pd(a2, CVT8(x + i + 16));
-        a3 = _mm512_add_pd(a3, CVT8(x + i + 24));
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm512_add_pd(a0, CVT8(x + i));
-#undef CVT8
-    if (i < n) {
-        __m512 t = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i);
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
-    }
-    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
-}
-
-/* float32 max / min (sign 1 / -1) of n >= 1 elements; any NaN gives NaN. */
-__attribute__((target("avx512f"))) static double extreme_f32_avx512(const float *x, int64_t n, int sign)
-{
-    __m512 a0 = _mm512_set1_ps(x[0]), a1 = a0;
-    __mmask16 nan = 0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
-        nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
-        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
-        a1 = sign > 0 ? _mm512_max_ps(a1, v1) : _mm512_min_ps(a1, v1);
-    }
-    for (; i + 16 <= n; i += 16) {
-        __m512 v0 = _mm512_loadu_ps(x + i);
-        nan |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
-        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
-    }
-    a0 = sign > 0 ? _mm512_max_ps(a0, a1) : _mm512_min_ps(a0, a1);
-    double r = sign > 0 ? _mm512_reduce_max_ps(a0) : _mm512_reduce_min_ps(a0);
-    for (; i < n; i++) {
-        if (x[i] != x[i]) nan = 1;
-        r = sign > 0 ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
-    }
-    return nan ? NAN : r;
-}
-
-/* The first position of the max (sign 1) or min (-1) of n >= 1 floats, or of the first NaN: the
- * extreme by the vector pass above, then the first element equal to it (-0 and +0 are equal, so
- * the first of either is found, as the reference's strict comparison finds it). */
-__attribute__((target("avx512f"))) static int64_t first_extreme_f32_avx512(const float *x, int64_t n, int sign)
-{
-    float m = (float)extreme_f32_avx512(x, n, sign);
-    __m512 mv = _mm512_set1_ps(m);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(live, x + i);
-        __mmask16 hit = m != m ? _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q)
-                               : _mm512_mask_cmp_ps_mask(live, v, mv, _CMP_EQ_OQ);
-        if (hit) return i + __builtin_ctz(hit);
-    }
-    return 0; /* not reached: m is one of the n */
-}
-
-/* out[o os] = (sum of the L <= 256 floats at x + o xs) / div for o in [0, count), in double:
- * one loop over the outputs, which the core overlaps, instead of a call and a horizontal sum
- * waiting on each other per output (the sum over the 32 channels of a channels-last
- * [128, 32, 28, 28]: 100352 outputs). */
-#define SHORT_ROW_MAX 256
-__attribute__((target("avx512f"))) static void short_rows_f32_avx512(float *out, int64_t os, const float *x, int64_t xs,
-                                                                   int64_t count, int64_t L, double div)
-{
-    int64_t nv = L / 8;
-    __mmask16 tail = (__mmask16)((1u << (L % 8)) - 1);
-    for (int64_t o = 0; o < count; o++) {
-        const float *q = x + o * xs;
-        __m512d a = _mm512_setzero_pd(), b = a;
-        int64_t v = 0;
-        for (; v + 2 <= nv; v += 2) {
-            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
-            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v + 8)));
-        }
-        if (v < nv) a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
-        if (tail)
-            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(tail, q + 8 * nv))));
-        out[o * os] = (float)(_mm512_reduce_add_pd(_mm512_add_pd(a, b)) / div);
-    }
-}
-
-/* acc[j] += the nrows rows' x[j], in double: the outer mode's inner loop for float32 sums. */
-__attribute__((target("avx512f"))) static void rows_add_f32_avx512(double *acc, const float *const *rows, int nrows,
-                                                                 int64_t n)
-{
-    int64_t j = 0;
-#define LD(r, k) _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + (k)))
-    if (nrows == 8) /* a tree of adds: short dependency chains */
-        for (; j + 8 <= n; j += 8) {
-            __m512d s0 = _mm512_add_pd(LD(0, 0), LD(1, 0)), s1 = _mm512_add_pd(LD(2, 0), LD(3, 0));
-            __m512d s2 = _mm512_add_pd(LD(4, 0), LD(5, 0)), s3 = _mm512_add_pd(LD(6, 0), LD(7, 0));
-            __m512d t = _mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3));
-            _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), t));
-        }
-#undef LD
-    for (; j + 16 <= n; j += 16) {
-        __m512d a0 = _mm512_loadu_pd(acc + j), a1 = _mm512_loadu_pd(acc + j + 8);
-        for (int r = 0; r < nrows; r++) {
-            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j)));
-            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + 8)));
-        }
-        _mm512_storeu_pd(acc + j, a0);
-        _mm512_storeu_pd(acc + j + 8, a1);
-    }
-    for (; j < n; j++)
-        for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
-}
-
-/* acc[0 .. K) += the R rows of K <= 64 float32 columns, rows rst elements apart, in double,
- * with the accumulators in registers over all the rows (NV vectors of eight, the last masked):
- * the sum over (0, 2, 3) of a channels-last [128, 32, 28, 28], 100352 rows of 32, took 0.6-0.9
- * ms at 1 thread reading and writing acc every eight rows, against 0.3 for the NCHW one. */
-#define NARROW_FN(NV)                                                                            \
-    __attribute__((target("avx512f"))) static void narrow_add_##NV(double *acc, const float *x, int64_t rst, \
-                                                                   int64_t R, int64_t K)         \
-    {                                                                                            \
-        __m512d a[NV], b[NV];                                                                    \
-        __mmask8 last = (__mmask8)(K - 8 * (NV - 1) >= 8 ? 0xff : (1u << (K - 8 * (NV - 1))) - 1); \
-        for (int v = 0; v < NV; v++) a[v] = b[v] = _mm512_setzero_pd();                          \
-        int64_t r = 0;                                                                           \
-        for (; r + 2 <= R; r += 2) { /* two rows into two sets: independent adds */              \
-            const float *q = x + r * rst, *q2 = q + rst;                                         \
-            for (int v = 0; v < NV - 1; v++) {                                                   \
-                a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));         \
-                b[v] = _mm512_add_pd(b[v], _mm512_cvtps_pd(_mm256_loadu_ps(q2 + 8 * v)));        \
-            }                                                                                    \
-            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
-            b[NV - 1] = _mm512_add_pd(b[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q2 + 8 * (NV - 1))))));    \
-        }                                                                                        \
-        for (; r < R; r++) {                                                                     \
-            const float *q = x + r * rst;                                                        \
-            for (int v = 0; v < NV - 1; v++) a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v))); \
-            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
-        }                                                                                        \
-        for (int v = 0; v < NV - 1; v++)                                                         \
-            _mm512_storeu_pd(acc + 8 * v, _mm512_add_pd(_mm512_loadu_pd(acc + 8 * v), _mm512_add_pd(a[v], b[v]))); \
-        _mm512_mask_storeu_pd(acc + 8 * (NV - 1), last,                                          \
-                              _mm512_add_pd(_mm512_maskz_loadu_pd(last, acc + 8 * (NV - 1)),     \
-                                            _mm512_add_pd(a[NV - 1], b[NV - 1])));               \
-    }
-NARROW_FN(1)
-NARROW_FN(2)
-NARROW_FN(3)
-NARROW_FN(4)
-NARROW_FN(5)
-NARROW_FN(6)
-NARROW_FN(7)
-NARROW_FN(8)
-
-static void narrow_add(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
-{
-    static void (*const fn[8])(double *, const float *, int64_t, int64_t, int64_t) = {
-        narrow_add_1, narrow_add_2, narrow_add_3, narrow_add_4, narrow_add_5, narrow_add_6, narrow_add_7, narrow_add_8};
-    fn[(K + 7) / 8 - 1](acc, x, rst, R, K);
-}
-
-#endif
-
 /* The plain loops below are written for the vectoriser (8 independent partial results), and
- * compiled for AVX-512, AVX2 and the baseline, picked at load time. */
+ * compiled for AVX-512, AVX2 and the baseline, picked at load time. The float32 sums and extremes
+ * take the vector kernels of reduce_vec.c instead where the CPU has them (nb__reduce_vec). */
 #if defined(__x86_64__)
 #define NB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -565,10 +393,9 @@ RUN_FN(run_f64, double)
 
 static double run_f32(fop f, const float *x, int64_t n, double shift)
 {
-#if defined(__x86_64__)
-    if (f == F_ADD && nb_cpu_avx512()) return sum_f32_avx512(x, n);
-    if ((f == F_MAX || f == F_MIN) && n > 0 && nb_cpu_avx512()) return extreme_f32_avx512(x, n, f == F_MAX ? 1 : -1);
-#endif
+    const nb_reduce_vec *v = nb__reduce_vec();
+    if (v && f == F_ADD) return v->sum(x, n);
+    if (v && (f == F_MAX || f == F_MIN) && n > 0) return v->extreme(x, n, f == F_MAX ? 1 : -1);
     return run_f32_generic(f, x, n, shift);
 }
 
@@ -639,6 +466,31 @@ static void fast_store(const fast *c, const rplan *p, int64_t at, double v)
     char *dst = c->out + at * c->es;
     if (c->f32) *(float *)dst = (float)v;
     else *(double *)dst = v;
+}
+
+/* fast_store for the n outputs acc[0 .. n) at offsets at, at + 1, ...: the op's finish chosen
+ * once for the row. Per output, GCC vectorised the store with the square root computed for every
+ * op and blended away, which was a fifth of a float32 sum over dim 1 of NCHW [32, 32, 28, 28]. */
+static void fast_store_row(const fast *c, const rplan *p, int64_t at, const double *acc, int64_t n)
+{
+    double div = 1; /* MEAN: the count, VAR: the degrees of freedom (0 when none: inf or NaN) */
+    bool root = c->f == F_ADDSQ;
+    if (c->op == NB_OP_MEAN) div = (double)p->nred;
+    else if (c->op == NB_OP_VAR) {
+        double dof = (double)p->nred - (double)c->correction;
+        div = dof > 0 ? dof : 0;
+        root = c->sqrt;
+    }
+    float *o32 = (float *)c->out + at;
+    double *o64 = (double *)c->out + at;
+    if (root && c->f32)
+        for (int64_t j = 0; j < n; j++) o32[j] = (float)sqrt(acc[j] / div);
+    else if (root)
+        for (int64_t j = 0; j < n; j++) o64[j] = sqrt(acc[j] / div);
+    else if (c->f32)
+        for (int64_t j = 0; j < n; j++) o32[j] = (float)(acc[j] / div);
+    else
+        for (int64_t j = 0; j < n; j++) o64[j] = acc[j] / div;
 }
 
 /* Walks the outputs [o0, o1) in row-major order of the kept dims with wi.off, wo.off and w2.off
@@ -772,13 +624,11 @@ static nb_status inner_mode(const fast *c, const rplan *p)
             int t, n;
             nb_cpu_thread_pos(&t, &n);
             int64_t o0 = p->nout * t / n, o1 = p->nout * (t + 1) / n;
-#if defined(__x86_64__)
-            if (p->nr == 1 && p->nk == 1 && p->nred <= SHORT_ROW_MAX && c->f32 && c->f == F_ADD && nb_cpu_avx512())
-                short_rows_f32_avx512((float *)c->out + o0 * p->ko[0], p->ko[0], (const float *)c->in + o0 * p->kin[0],
-                                      p->kin[0], o1 - o0, p->nred, c->op == NB_OP_MEAN ? (double)p->nred : 1.0);
-            else
-#endif
-            if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
+            const nb_reduce_vec *v = nb__reduce_vec();
+            if (v && p->nr == 1 && p->nk == 1 && p->nred <= NB_REDUCE_SHORT_ROW && c->f32 && c->f == F_ADD)
+                v->short_rows((float *)c->out + o0 * p->ko[0], p->ko[0], (const float *)c->in + o0 * p->kin[0],
+                              p->kin[0], o1 - o0, p->nred, c->op == NB_OP_MEAN ? (double)p->nred : 1.0);
+            else if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
                 FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, fast_run(c, wi.off, p->nred)));
             else
                 FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, inner_output(c, p, wi.off, 1)));
@@ -798,18 +648,25 @@ static nb_status inner_mode(const fast *c, const rplan *p)
 #define OUTER_CW 16384
 #define OUTER_CW_MIN 2048
 
+/* Few rows of wide columns (the sum over the 32 channels of an NCHW [N, 32, 28, 28]: 784
+ * columns down 32 rows per image) are summed a strip of narrow_add's columns at a time, each strip
+ * in registers down all the rows, instead of a pass over acc per row: AVX2 (Zen 3), [32, 32, 28,
+ * 28] at 1 thread, 0.27 -> 0.15 ms. */
+#define OUTER_STRIP_ROWS 64
+
 /* Outer mode: accumulates reduced positions [r0, r1) of the columns [c0, c0 + cw) of outer kept
  * position ko into acc. */
 static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, int64_t cw, int64_t r0,
                         int64_t r1, double *acc)
 {
     int64_t base = offset_of(ko, p->nk - 1, p->ks, p->kin) + c0;
-#if defined(__x86_64__)
-    if (p->nr == 1 && cw <= 64 && c->f32 && c->f == F_ADD && nb_cpu_avx512()) {
-        narrow_add(acc, (const float *)c->in + base + r0 * p->rin[0], p->rin[0], r1 - r0, cw);
+    const nb_reduce_vec *v = c->f32 && c->f == F_ADD ? nb__reduce_vec() : NULL;
+    if (v && p->nr == 1 && (cw <= v->narrow_max || r1 - r0 <= OUTER_STRIP_ROWS)) {
+        const float *x = (const float *)c->in + base + r0 * p->rin[0];
+        for (int64_t j = 0; j < cw; j += v->narrow_max)
+            v->narrow_add(acc + j, x + j, p->rin[0], r1 - r0, cw - j < v->narrow_max ? cw - j : v->narrow_max);
         return;
     }
-#endif
     walk w;
     walk_seek(&w, p->nr, p->rs, p->rin, r0);
     const void *rows[8];
@@ -818,19 +675,11 @@ static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, i
      * short run (measured on [R, K] float32: K = 128..1024 reads twice as fast one row at a time) */
     int64_t rb = cw * c->es;
     int nrows = 0, maxrows = rb <= 256 || rb >= 8192 ? 8 : 1;
-#if defined(__x86_64__)
-    bool avx = c->f32 && c->f == F_ADD && nb_cpu_avx512();
-#else
-    bool avx = false;
-#endif
     for (int64_t r = r0; r < r1; r++, walk_next(&w)) {
         rows[nrows++] = c->in + (base + w.off) * c->es;
         if (nrows < maxrows && r + 1 < r1) continue;
-#if defined(__x86_64__)
-        if (avx) rows_add_f32_avx512(acc, (const float *const *)rows, nrows, cw);
-        else
-#endif
-        if (c->f32) rows_f32(c->f, acc, (const float *const *)rows, nrows, cw, c->shifts);
+        if (v) v->rows_add(acc, (const float *const *)rows, nrows, cw);
+        else if (c->f32) rows_f32(c->f, acc, (const float *const *)rows, nrows, cw, c->shifts);
         else rows_f64(c->f, acc, (const double *const *)rows, nrows, cw, c->shifts);
         nrows = 0;
     }
@@ -860,8 +709,7 @@ static nb_status outer_mode(const fast *c, const rplan *p)
             }
             for (int64_t j = 0; j < cw; j++) acc[j] = init;
             outer_block(&m, p, ko, c0, cw, 0, p->nred, acc);
-            int64_t at = offset_of(ko, p->nk - 1, p->ks, p->ko) + c0;
-            for (int64_t j = 0; j < cw; j++) fast_store(c, p, at + j, acc[j]);
+            fast_store_row(c, p, offset_of(ko, p->nk - 1, p->ks, p->ko) + c0, acc, cw);
         }
         return NB_OK;
     }
@@ -1032,9 +880,8 @@ FIRST_FN(first_extreme_f64, double)
 
 static int64_t first_extreme(bool f32, const char *x, int64_t n, int sign)
 {
-#if defined(__x86_64__)
-    if (f32 && nb_cpu_avx512()) return first_extreme_f32_avx512((const float *)x, n, sign);
-#endif
+    const nb_reduce_vec *v = f32 ? nb__reduce_vec() : NULL;
+    if (v) return v->first_extreme((const float *)x, n, sign);
     return f32 ? first_extreme_f32((const float *)x, n, sign) : first_extreme_f64((const double *)x, n, sign);
 }
 

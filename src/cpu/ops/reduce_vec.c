@@ -1,0 +1,382 @@
+/* The vector kernels of the float32 reductions (src/cpu/reduce_impl.h): AVX-512F's and AVX2's,
+ * each summing in double. AVX2 converts four floats to a vector of doubles where AVX-512
+ * converts eight, and it has no mask registers: its tails are a scalar loop or, for the narrow
+ * columns' last vector, a masked move (vmaskmovps), which does not touch the lanes it leaves. */
+#include <math.h>
+#include <stdbool.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cpu/cpu_impl.h"
+#include "cpu/reduce_impl.h"
+
+#if defined(__x86_64__)
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2")))
+
+/* ---- AVX-512F --------------------------------------------------------------------------- */
+
+/* float32 sum in double: four accumulators of eight lanes keep the adds independent, and the
+ * tail is one masked load. Named registers, not an array: GCC kept an array of eight on the stack,
+ * zeroed with rep stos on every call, which was most of a 32-element run's cost. */
+AVX512 static double sum_f32_avx512(const float *x, int64_t n)
+{
+#define CVT8(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_add_pd(a0, CVT8(x + i));
+        a1 = _mm512_add_pd(a1, CVT8(x + i + 8));
+        a2 = _mm512_add_pd(a2, CVT8(x + i + 16));
+        a3 = _mm512_add_pd(a3, CVT8(x + i + 24));
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm512_add_pd(a0, CVT8(x + i));
+#undef CVT8
+    if (i < n) {
+        __m512 t = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i);
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
+/* float32 max / min (sign 1 / -1) of n >= 1 elements; any NaN gives NaN. */
+AVX512 static double extreme_f32_avx512(const float *x, int64_t n, int sign)
+{
+    __m512 a0 = _mm512_set1_ps(x[0]), a1 = a0;
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        nan |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
+        a1 = sign > 0 ? _mm512_max_ps(a1, v1) : _mm512_min_ps(a1, v1);
+    }
+    for (; i + 16 <= n; i += 16) {
+        __m512 v0 = _mm512_loadu_ps(x + i);
+        nan |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+        a0 = sign > 0 ? _mm512_max_ps(a0, v0) : _mm512_min_ps(a0, v0);
+    }
+    a0 = sign > 0 ? _mm512_max_ps(a0, a1) : _mm512_min_ps(a0, a1);
+    double r = sign > 0 ? _mm512_reduce_max_ps(a0) : _mm512_reduce_min_ps(a0);
+    for (; i < n; i++) {
+        if (x[i] != x[i]) nan = 1;
+        r = sign > 0 ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+    }
+    return nan ? NAN : r;
+}
+
+/* The first position of the max (sign 1) or min (-1) of n >= 1 floats, or of the first NaN: the
+ * extreme by the vector pass above, then the first element equal to it (-0 and +0 are equal, so
+ * the first of either is found, as the reference's strict comparison finds it). */
+AVX512 static int64_t first_extreme_f32_avx512(const float *x, int64_t n, int sign)
+{
+    float m = (float)extreme_f32_avx512(x, n, sign);
+    __m512 mv = _mm512_set1_ps(m);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+        __mmask16 hit = m != m ? _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q)
+                               : _mm512_mask_cmp_ps_mask(live, v, mv, _CMP_EQ_OQ);
+        if (hit) return i + __builtin_ctz(hit);
+    }
+    return 0; /* not reached: m is one of the n */
+}
+
+/* out[o os] = (sum of the L <= 256 floats at x + o xs) / div for o in [0, count), in double:
+ * one loop over the outputs, which the core overlaps, instead of a call and a horizontal sum
+ * waiting on each other per output (the sum over the 32 channels of a channels-last
+ * [128, 32, 28, 28]: 100352 outputs). */
+AVX512 static void short_rows_f32_avx512(float *out, int64_t os, const float *x, int64_t xs, int64_t count,
+                                         int64_t L, double div)
+{
+    int64_t nv = L / 8;
+    __mmask16 tail = (__mmask16)((1u << (L % 8)) - 1);
+    for (int64_t o = 0; o < count; o++) {
+        const float *q = x + o * xs;
+        __m512d a = _mm512_setzero_pd(), b = a;
+        int64_t v = 0;
+        for (; v + 2 <= nv; v += 2) {
+            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
+            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v + 8)));
+        }
+        if (v < nv) a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
+        if (tail)
+            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(tail, q + 8 * nv))));
+        out[o * os] = (float)(_mm512_reduce_add_pd(_mm512_add_pd(a, b)) / div);
+    }
+}
+
+/* acc[j] += the nrows rows' x[j], in double: the outer mode's inner loop for float32 sums. */
+AVX512 static void rows_add_f32_avx512(double *acc, const float *const *rows, int nrows, int64_t n)
+{
+    int64_t j = 0;
+#define LD(r, k) _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + (k)))
+    if (nrows == 8) /* a tree of adds: short dependency chains */
+        for (; j + 8 <= n; j += 8) {
+            __m512d s0 = _mm512_add_pd(LD(0, 0), LD(1, 0)), s1 = _mm512_add_pd(LD(2, 0), LD(3, 0));
+            __m512d s2 = _mm512_add_pd(LD(4, 0), LD(5, 0)), s3 = _mm512_add_pd(LD(6, 0), LD(7, 0));
+            __m512d t = _mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3));
+            _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), t));
+        }
+#undef LD
+    for (; j + 16 <= n; j += 16) {
+        __m512d a0 = _mm512_loadu_pd(acc + j), a1 = _mm512_loadu_pd(acc + j + 8);
+        for (int r = 0; r < nrows; r++) {
+            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j)));
+            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + 8)));
+        }
+        _mm512_storeu_pd(acc + j, a0);
+        _mm512_storeu_pd(acc + j + 8, a1);
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
+}
+
+/* acc[0 .. K) += the R rows of K <= 64 float32 columns, rows rst elements apart, in double,
+ * with the accumulators in registers over all the rows (NV vectors of eight, the last masked):
+ * the sum over (0, 2, 3) of a channels-last [128, 32, 28, 28], 100352 rows of 32, took 0.6-0.9
+ * ms at 1 thread reading and writing acc every eight rows, against 0.3 for the NCHW one. */
+#define NARROW_FN(NV)                                                                            \
+    AVX512 static void narrow_add_avx512_##NV(double *acc, const float *x, int64_t rst, \
+                                                                   int64_t R, int64_t K)         \
+    {                                                                                            \
+        __m512d a[NV], b[NV];                                                                    \
+        __mmask8 last = (__mmask8)(K - 8 * (NV - 1) >= 8 ? 0xff : (1u << (K - 8 * (NV - 1))) - 1); \
+        for (int v = 0; v < NV; v++) a[v] = b[v] = _mm512_setzero_pd();                          \
+        int64_t r = 0;                                                                           \
+        for (; r + 2 <= R; r += 2) { /* two rows into two sets: independent adds */              \
+            const float *q = x + r * rst, *q2 = q + rst;                                         \
+            for (int v = 0; v < NV - 1; v++) {                                                   \
+                a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));         \
+                b[v] = _mm512_add_pd(b[v], _mm512_cvtps_pd(_mm256_loadu_ps(q2 + 8 * v)));        \
+            }                                                                                    \
+            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
+            b[NV - 1] = _mm512_add_pd(b[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q2 + 8 * (NV - 1))))));    \
+        }                                                                                        \
+        for (; r < R; r++) {                                                                     \
+            const float *q = x + r * rst;                                                        \
+            for (int v = 0; v < NV - 1; v++) a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v))); \
+            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
+                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
+        }                                                                                        \
+        for (int v = 0; v < NV - 1; v++)                                                         \
+            _mm512_storeu_pd(acc + 8 * v, _mm512_add_pd(_mm512_loadu_pd(acc + 8 * v), _mm512_add_pd(a[v], b[v]))); \
+        _mm512_mask_storeu_pd(acc + 8 * (NV - 1), last,                                          \
+                              _mm512_add_pd(_mm512_maskz_loadu_pd(last, acc + 8 * (NV - 1)),     \
+                                            _mm512_add_pd(a[NV - 1], b[NV - 1])));               \
+    }
+NARROW_FN(1)
+NARROW_FN(2)
+NARROW_FN(3)
+NARROW_FN(4)
+NARROW_FN(5)
+NARROW_FN(6)
+NARROW_FN(7)
+NARROW_FN(8)
+
+static void narrow_add_avx512(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
+{
+    static void (*const fn[8])(double *, const float *, int64_t, int64_t, int64_t) = {
+        narrow_add_avx512_1, narrow_add_avx512_2, narrow_add_avx512_3, narrow_add_avx512_4,
+        narrow_add_avx512_5, narrow_add_avx512_6, narrow_add_avx512_7, narrow_add_avx512_8};
+    fn[(K + 7) / 8 - 1](acc, x, rst, R, K);
+}
+
+/* ---- AVX2 ------------------------------------------------------------------------------- */
+
+AVX2 static inline double hsum_avx2(__m256d v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+#define CVT4(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+
+/* Four accumulators of four doubles: the adds of 16 floats are independent. */
+AVX2 static double sum_f32_avx2(const float *x, int64_t n)
+{
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_pd(a0, CVT4(x + i));
+        a1 = _mm256_add_pd(a1, CVT4(x + i + 4));
+        a2 = _mm256_add_pd(a2, CVT4(x + i + 8));
+        a3 = _mm256_add_pd(a3, CVT4(x + i + 12));
+    }
+    for (; i + 4 <= n; i += 4) a0 = _mm256_add_pd(a0, CVT4(x + i));
+    double t = 0;
+    for (; i < n; i++) t += x[i];
+    return hsum_avx2(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3))) + t;
+}
+
+/* Two vectors of eight floats compared side by side; the NaNs are flagged apart, since vmaxps
+ * returns its second operand when either is a NaN. */
+AVX2 static double extreme_f32_avx2(const float *x, int64_t n, int sign)
+{
+    __m256 a0 = _mm256_set1_ps(x[0]), a1 = a0, nan = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+        a0 = sign > 0 ? _mm256_max_ps(a0, v0) : _mm256_min_ps(a0, v0);
+        a1 = sign > 0 ? _mm256_max_ps(a1, v1) : _mm256_min_ps(a1, v1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 v0 = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v0, _CMP_UNORD_Q));
+        a0 = sign > 0 ? _mm256_max_ps(a0, v0) : _mm256_min_ps(a0, v0);
+    }
+    a0 = sign > 0 ? _mm256_max_ps(a0, a1) : _mm256_min_ps(a0, a1);
+    float lane[8];
+    _mm256_storeu_ps(lane, a0);
+    float r = lane[0];
+    for (int k = 1; k < 8; k++) r = sign > 0 ? (lane[k] > r ? lane[k] : r) : (lane[k] < r ? lane[k] : r);
+    bool any_nan = _mm256_movemask_ps(nan) != 0;
+    for (; i < n; i++) {
+        if (x[i] != x[i]) any_nan = true;
+        r = sign > 0 ? (x[i] > r ? x[i] : r) : (x[i] < r ? x[i] : r);
+    }
+    return any_nan ? NAN : r;
+}
+
+/* As first_extreme_f32_avx512: the extreme, then the first element equal to it. */
+AVX2 static int64_t first_extreme_f32_avx2(const float *x, int64_t n, int sign)
+{
+    float m = (float)extreme_f32_avx2(x, n, sign);
+    __m256 mv = _mm256_set1_ps(m);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        int hit = _mm256_movemask_ps(m != m ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q) : _mm256_cmp_ps(v, mv, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (m != m ? x[i] != x[i] : x[i] == m) return i;
+    return 0; /* not reached: m is one of the n */
+}
+
+/* As short_rows_f32_avx512, four floats to a vector and the last L % 4 added one by one. */
+AVX2 static void short_rows_f32_avx2(float *out, int64_t os, const float *x, int64_t xs, int64_t count, int64_t L,
+                                     double div)
+{
+    int64_t nv = L / 4;
+    for (int64_t o = 0; o < count; o++) {
+        const float *q = x + o * xs;
+        __m256d a = _mm256_setzero_pd(), b = a;
+        int64_t v = 0;
+        for (; v + 2 <= nv; v += 2) {
+            a = _mm256_add_pd(a, CVT4(q + 4 * v));
+            b = _mm256_add_pd(b, CVT4(q + 4 * v + 4));
+        }
+        if (v < nv) a = _mm256_add_pd(a, CVT4(q + 4 * v));
+        double t = 0;
+        for (int64_t j = 4 * nv; j < L; j++) t += q[j];
+        out[o * os] = (float)((hsum_avx2(_mm256_add_pd(a, b)) + t) / div);
+    }
+}
+
+/* As rows_add_f32_avx512, four columns to a vector. */
+AVX2 static void rows_add_f32_avx2(double *acc, const float *const *rows, int nrows, int64_t n)
+{
+    int64_t j = 0;
+#define LD(r) CVT4(rows[r] + j)
+    if (nrows == 8) /* a tree of adds: short dependency chains */
+        for (; j + 4 <= n; j += 4) {
+            __m256d s0 = _mm256_add_pd(LD(0), LD(1)), s1 = _mm256_add_pd(LD(2), LD(3));
+            __m256d s2 = _mm256_add_pd(LD(4), LD(5)), s3 = _mm256_add_pd(LD(6), LD(7));
+            __m256d t = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
+            _mm256_storeu_pd(acc + j, _mm256_add_pd(_mm256_loadu_pd(acc + j), t));
+        }
+#undef LD
+    for (; j + 8 <= n; j += 8) {
+        __m256d a0 = _mm256_loadu_pd(acc + j), a1 = _mm256_loadu_pd(acc + j + 4);
+        for (int r = 0; r < nrows; r++) {
+            a0 = _mm256_add_pd(a0, CVT4(rows[r] + j));
+            a1 = _mm256_add_pd(a1, CVT4(rows[r] + j + 4));
+        }
+        _mm256_storeu_pd(acc + j, a0);
+        _mm256_storeu_pd(acc + j + 4, a1);
+    }
+    for (; j < n; j++)
+        for (int r = 0; r < nrows; r++) acc[j] += rows[r][j];
+}
+
+/* As narrow_add_avx512, for K <= 32 columns: NV vectors of four doubles in registers over all
+ * the rows, the last one's 1 to 4 columns moved under a mask. Named accumulators, not arrays
+ * (GCC kept arrays on the stack, storing them every row, and zeroed them with rep stos): a0..a7,
+ * those past NV dead code. Up to four vectors, alternate rows go into a second set (b0..b3);
+ * from five the NV chains are independent enough alone, and two sets would not fit AVX2's 16
+ * registers. */
+#define NLD(q, k) ((k) < NVEC - 1 ? CVT4((q) + 4 * (k)) : _mm256_cvtps_pd(_mm_maskload_ps((q) + 4 * (k), m4)))
+#define NADD(acc, q, k)                                                                          \
+    if ((k) < NVEC) acc = _mm256_add_pd(acc, NLD(q, k))
+#define NPUT(k, sum)                                                                             \
+    if ((k) < NVEC - 1) _mm256_storeu_pd(acc + 4 * (k), _mm256_add_pd(_mm256_loadu_pd(acc + 4 * (k)), sum)); \
+    else if ((k) == NVEC - 1)                                                                      \
+    _mm256_maskstore_pd(acc + 4 * (k), m8, _mm256_add_pd(_mm256_maskload_pd(acc + 4 * (k), m8), sum))
+#define NARROW2_FN(NV)                                                                           \
+    AVX2 static void narrow_add_avx2_##NV(double *acc, const float *x, int64_t rst, int64_t R, int64_t K) \
+    {                                                                                            \
+        enum { NVEC = NV };                                                                      \
+        __m128i m4 = _mm_cmpgt_epi32(_mm_set1_epi32((int)(K - 4 * (NV - 1))), _mm_setr_epi32(0, 1, 2, 3)); \
+        __m256i m8 = _mm256_cvtepi32_epi64(m4);                                                  \
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0; \
+        __m256d b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                              \
+        int64_t r = 0;                                                                           \
+        if (NV <= 4)                                                                             \
+            for (; r + 2 <= R; r += 2) {                                                         \
+                const float *q = x + r * rst, *q2 = q + rst;                                     \
+                NADD(a0, q, 0); NADD(a1, q, 1); NADD(a2, q, 2); NADD(a3, q, 3);                  \
+                NADD(b0, q2, 0); NADD(b1, q2, 1); NADD(b2, q2, 2); NADD(b3, q2, 3);              \
+            }                                                                                    \
+        for (; r < R; r++) {                                                                     \
+            const float *q = x + r * rst;                                                        \
+            NADD(a0, q, 0); NADD(a1, q, 1); NADD(a2, q, 2); NADD(a3, q, 3);                      \
+            NADD(a4, q, 4); NADD(a5, q, 5); NADD(a6, q, 6); NADD(a7, q, 7);                      \
+        }                                                                                        \
+        NPUT(0, _mm256_add_pd(a0, b0)); NPUT(1, _mm256_add_pd(a1, b1));                          \
+        NPUT(2, _mm256_add_pd(a2, b2)); NPUT(3, _mm256_add_pd(a3, b3));                          \
+        NPUT(4, a4); NPUT(5, a5); NPUT(6, a6); NPUT(7, a7);                                      \
+    }
+NARROW2_FN(1)
+NARROW2_FN(2)
+NARROW2_FN(3)
+NARROW2_FN(4)
+NARROW2_FN(5)
+NARROW2_FN(6)
+NARROW2_FN(7)
+NARROW2_FN(8)
+#undef NLD
+#undef NADD
+#undef NPUT
+#undef CVT4
+
+static void narrow_add_avx2(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
+{
+    static void (*const fn[8])(double *, const float *, int64_t, int64_t, int64_t) = {
+        narrow_add_avx2_1, narrow_add_avx2_2, narrow_add_avx2_3, narrow_add_avx2_4,
+        narrow_add_avx2_5, narrow_add_avx2_6, narrow_add_avx2_7, narrow_add_avx2_8};
+    fn[(K + 3) / 4 - 1](acc, x, rst, R, K);
+}
+
+#endif
+
+const nb_reduce_vec *nb__reduce_vec(void)
+{
+#if defined(__x86_64__)
+    static const nb_reduce_vec avx512 = {sum_f32_avx512,        extreme_f32_avx512, first_extreme_f32_avx512,
+                                         short_rows_f32_avx512, rows_add_f32_avx512, narrow_add_avx512,
+                                         64};
+    static const nb_reduce_vec avx2 = {sum_f32_avx2,        extreme_f32_avx2, first_extreme_f32_avx2,
+                                       short_rows_f32_avx2, rows_add_f32_avx2, narrow_add_avx2,
+                                       32};
+    if (nb_cpu_avx512()) return &avx512;
+    if (nb_cpu_avx2_fma()) return &avx2;
+#endif
+    return NULL;
+}
