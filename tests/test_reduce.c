@@ -548,6 +548,50 @@ static void test_softmax_f32_vs_f64(void **state)
     nb_scope_end(s);
 }
 
+/* Lines with a NaN, with +inf among finite values, and of -inf alone are NaN throughout, as in
+ * PyTorch (torch.softmax gives NaN for each: inf - inf and -inf + inf are NaN); finite lines
+ * are the softmax computed here in double. Lines of 37 (whole vectors and a tail) down columns
+ * (dim 0 of [37, 20]: the column blocks) and along rows (dim 1 of [20, 37]), softmax and
+ * log_softmax, float32 and float64. */
+static void test_softmax_nonfinite(void **state)
+{
+    enum { D = 37, K = 20 };
+    double v[D][K], want[2][D][K];
+    for (int c = 0; c < K; c++) {
+        for (int d = 0; d < D; d++) v[d][c] = sin(0.7 * d + c) * 4;
+        int kind = c % 4; /* 0 finite, 1 a NaN, 2 +inf, 3 all -inf */
+        if (kind == 1) v[(c * 7) % D][c] = NAN;
+        if (kind == 2) v[(c * 5) % D][c] = INFINITY;
+        for (int d = 0; kind == 3 && d < D; d++) v[d][c] = -INFINITY;
+        double m = -INFINITY, sum = 0;
+        for (int d = 0; d < D; d++) m = v[d][c] > m ? v[d][c] : m;
+        for (int d = 0; d < D; d++) sum += exp(v[d][c] - m);
+        for (int d = 0; d < D; d++) {
+            want[0][d][c] = kind ? NAN : exp(v[d][c] - m) / sum;
+            want[1][d][c] = kind ? NAN : v[d][c] - m - log(sum);
+        }
+    }
+    nb_scope *s = nb_scope_begin();
+    int64_t sh[2] = {D, K};
+    nb_tensor *x64 = from(v, sh, 2, NB_FLOAT64);
+    for (int f32 = 0; f32 < 2; f32++) {
+        nb_tensor *cols = f32 ? NBT_CHECK(nb_to_dtype(x64, NB_FLOAT32)) : x64;
+        nb_tensor *rows = NBT_CHECK(nb_contiguous(NBT_CHECK(nb_transpose(cols, 0, 1))));
+        for (int lg = 0; lg < 2; lg++) {
+            nb_tensor *w = from(want[lg], sh, 2, NB_FLOAT64);
+            nb_tensor *yc = NBT_CHECK(lg ? nb_log_softmax(cols, 0) : nb_softmax(cols, 0));
+            nb_tensor *yr = NBT_CHECK(lg ? nb_log_softmax(rows, 1) : nb_softmax(rows, 1));
+            double tol = f32 ? 1e-5 : 1e-12;
+            char what[80];
+            snprintf(what, sizeof what, "%s %s down columns", f32 ? "float32" : "float64", lg ? "log_softmax" : "softmax");
+            nbt_assert_close(NBT_CHECK(nb_to_dtype(yc, NB_FLOAT64)), w, tol, tol, what);
+            snprintf(what, sizeof what, "%s %s along rows", f32 ? "float32" : "float64", lg ? "log_softmax" : "softmax");
+            nbt_assert_close(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_transpose(yr, 0, 1)), NB_FLOAT64)), w, tol, tol, what);
+        }
+    }
+    nb_scope_end(s);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------ */
 
 static void test_errors(void **state)
@@ -609,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_threads_extreme),
         cmocka_unit_test(test_softmax_properties),
         cmocka_unit_test(test_softmax_f32_vs_f64),
+        cmocka_unit_test(test_softmax_nonfinite),
         cmocka_unit_test(test_fast_vs_reference),
         cmocka_unit_test(test_permuted_dense),
         cmocka_unit_test(test_reference),

@@ -416,27 +416,35 @@ static void expsub_f64(double *e, const double *x, const double *m, int64_t n)
 }
 
 /* Softmax down columns [0, cw) of x (rows D apart by `inner` elements) into y: the same three
- * passes as a row, over a block of columns at once so that memory is read along rows. */
+ * passes as a row, over a block of columns at once so that memory is read along rows; softmax's
+ * exponentials go straight to y. Compiled for each vector width (the max, sum and scale passes
+ * were SSE2 code), the max without NaN's rules (a NaN makes its column's sum NaN, and so the
+ * whole column), and the finish (log or reciprocal) rounded to T once per column: softmax over
+ * the channels of an NCHW [128, 32, 28, 28] at 1 thread on Zen 3 12.2 -> 7.2 ms (PyTorch 11.5),
+ * log_softmax 12.0 -> 8.2-8.7 (PyTorch 6.9-7.3). */
 #define COLS_FN(NAME, T, EXPSUB)                                                                 \
-    static void NAME(const T *x, T *y, int64_t D, int64_t inner, int64_t cw, bool lg)            \
+    NB_VEC_CLONES static void NAME(const T *x, T *y, int64_t D, int64_t inner, int64_t cw, bool lg) \
     {                                                                                            \
-        T m[COL_CW], e[COL_CW];                                                                  \
+        T m[COL_CW], e[COL_CW], f[COL_CW];                                                       \
         double s[COL_CW];                                                                        \
         for (int64_t j = 0; j < cw; j++) m[j] = (T)-INFINITY, s[j] = 0;                          \
-        for (int64_t d = 0; d < D; d++)                                                          \
+        for (int64_t d = 0; d < D; d++) /* a NaN is skipped here and makes its sum NaN below */  \
             for (int64_t j = 0; j < cw; j++) {                                                   \
                 T v = x[d * inner + j];                                                          \
-                m[j] = (v > m[j] || v != v) && m[j] == m[j] ? v : m[j];                          \
+                m[j] = v > m[j] ? v : m[j];                                                      \
             }                                                                                    \
         for (int64_t d = 0; d < D; d++) {                                                        \
-            EXPSUB(e, x + d * inner, m, cw);                                                     \
-            for (int64_t j = 0; j < cw; j++) s[j] += e[j];                                       \
-            if (!lg) memcpy(y + d * inner, e, (size_t)cw * sizeof(T));                           \
+            T *t = lg ? e : y + d * inner;                                                       \
+            EXPSUB(t, x + d * inner, m, cw);                                                     \
+            for (int64_t j = 0; j < cw; j++) s[j] += t[j];                                       \
         }                                                                                        \
-        for (int64_t j = 0; j < cw; j++) s[j] = lg ? log(s[j]) : 1.0 / s[j];                     \
-        for (int64_t d = 0; d < D; d++)                                                          \
-            for (int64_t j = 0; j < cw; j++)                                                     \
-                y[d * inner + j] = lg ? (x[d * inner + j] - m[j]) - (T)s[j] : y[d * inner + j] * (T)s[j]; \
+        for (int64_t j = 0; j < cw; j++) f[j] = (T)(lg ? log(s[j]) : 1.0 / s[j]);                \
+        if (lg)                                                                                  \
+            for (int64_t d = 0; d < D; d++)                                                      \
+                for (int64_t j = 0; j < cw; j++) y[d * inner + j] = (x[d * inner + j] - m[j]) - f[j]; \
+        else                                                                                     \
+            for (int64_t d = 0; d < D; d++)                                                      \
+                for (int64_t j = 0; j < cw; j++) y[d * inner + j] *= f[j];                       \
     }
 COLS_FN(cols_f32, float, expsub_f32)
 COLS_FN(cols_f64, double, expsub_f64)
