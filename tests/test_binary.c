@@ -623,6 +623,79 @@ static void test_fast_vs_reference(void **state)
     nb_scope_end(sc);
 }
 
+/* Broadcasts whose runs are short and whose iterator keeps several dims (x [A, B, C, D] with
+ * y [1, B, 1, D], and a channels-last x with a [1, C, 1, 1] bias): the loops over stretches of
+ * runs, with the stretches cut across threads at any row, against the sums computed here from
+ * the indices, at 1 to 3 threads. float32 add, float64 mul, int64 sub, and a comparison. */
+static void test_short_runs_by_hand(void **state)
+{
+    nb_scope *sc = nb_scope_begin();
+    nb_manual_seed(5);
+    int threads = nb_get_num_threads();
+    enum { A = 200, B = 7, C = 50, D = 3 }; /* 210000 elements: three grains, so up to three threads */
+    int64_t xs[4] = {A, B, C, D}, ys[4] = {1, B, 1, D};
+    nb_tensor *x = big_randn(xs, 4, NB_FLOAT64), *y = big_randn(ys, 4, NB_FLOAT64);
+    const double *xv = nb_tensor_data_ptr(x), *yv = nb_tensor_data_ptr(y);
+    double *sum = malloc(sizeof(double) * A * B * C * D), *prod = malloc(sizeof(double) * A * B * C * D);
+    assert_non_null(sum);
+    assert_non_null(prod);
+    for (int a = 0; a < A; a++)
+        for (int b = 0; b < B; b++)
+            for (int c = 0; c < C; c++)
+                for (int d = 0; d < D; d++) {
+                    int i = ((a * B + b) * C + c) * D + d, j = b * D + d;
+                    sum[i] = xv[i] + yv[j];
+                    prod[i] = xv[i] * yv[j];
+                }
+    nb_tensor_params p64 = nb_tensor_params_default();
+    p64.dtype = NB_FLOAT64;
+    nb_tensor *wsum = NBT_CHECK(nb_tensor_from_data(sum, xs, 4, &p64));
+    nb_tensor *wprod = NBT_CHECK(nb_tensor_from_data(prod, xs, 4, &p64));
+    nb_tensor_params pi = nb_tensor_params_default();
+    pi.dtype = NB_INT64;
+    nb_tensor *xi = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_mul_scalar(x, 1000)), NB_INT64));
+    nb_tensor *yi = NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_mul_scalar(y, 1000)), NB_INT64));
+    const int64_t *xiv = nb_tensor_data_ptr(xi), *yiv = nb_tensor_data_ptr(yi);
+    int64_t *diff = malloc(sizeof(int64_t) * A * B * C * D);
+    uint8_t *gt = malloc((size_t)A * B * C * D);
+    assert_non_null(diff);
+    assert_non_null(gt);
+    for (int i = 0; i < A * B * C * D; i++) {
+        int j = (i / (C * D)) % B * D + i % D;
+        diff[i] = xiv[i] - yiv[j];
+        gt[i] = xv[i] > yv[j];
+    }
+    nb_tensor *wdiff = NBT_CHECK(nb_tensor_from_data(diff, xs, 4, &pi));
+    nb_tensor_params pb = nb_tensor_params_default();
+    pb.dtype = NB_BOOL;
+    nb_tensor *wgt = NBT_CHECK(nb_tensor_from_data(gt, xs, 4, &pb));
+    /* channels-last [32, 32, 14, 14] plus a [1, 32, 1, 1] bias: runs of the 32 channels */
+    nb_tensor *img = big_randn((int64_t[]){32, 32, 14, 14}, 4, NB_FLOAT32), *bias = big_randn((int64_t[]){1, 32, 1, 1}, 4, NB_FLOAT32);
+    nb_tensor *cl = NBT_CHECK(nb_contiguous_format(img, NB_CHANNELS_LAST));
+    const float *iv = nb_tensor_data_ptr(img), *bv = nb_tensor_data_ptr(bias);
+    float *ib = malloc(sizeof(float) * 32 * 32 * 14 * 14);
+    assert_non_null(ib);
+    for (int i = 0; i < 32 * 32 * 14 * 14; i++) ib[i] = iv[i] + bv[(i / (14 * 14)) % 32];
+    nb_tensor *wib = NBT_CHECK(nb_tensor_from_data(ib, (int64_t[]){32, 32, 14, 14}, 4, NULL));
+    nb_tensor *x32 = NBT_CHECK(nb_to_dtype(x, NB_FLOAT32)), *y32 = NBT_CHECK(nb_to_dtype(y, NB_FLOAT32));
+    for (int nt = 1; nt <= 3; nt++) {
+        NBT_OK(nb_set_num_threads(nt));
+        nbt_assert_close(nb_add(x32, y32), wsum, 1e-6, 1e-6, "float32 [A, B, C, D] + [1, B, 1, D]");
+        nbt_assert_close(nb_mul(x, y), wprod, 0, 0, "float64 [A, B, C, D] * [1, B, 1, D]");
+        nbt_assert_close(nb_sub(xi, yi), wdiff, 0, 0, "int64 [A, B, C, D] - [1, B, 1, D]");
+        nbt_assert_close(nb_gt(x, y), wgt, 0, 0, "[A, B, C, D] > [1, B, 1, D]");
+        nb_tensor *o = NBT_CHECK(nb_add(cl, bias));
+        nbt_assert_close(o, wib, 0, 0, "channels-last + [1, C, 1, 1]");
+    }
+    NBT_OK(nb_set_num_threads(threads));
+    free(sum);
+    free(prod);
+    free(diff);
+    free(gt);
+    free(ib);
+    nb_scope_end(sc);
+}
+
 /* the in-place kernel writes into self, also when self is not contiguous */
 static void test_inplace_noncontig_and_large(void **state)
 {
@@ -653,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_inplace_autograd_cast),
         cmocka_unit_test(test_version_counter),
         cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_short_runs_by_hand),
         cmocka_unit_test(test_inplace_noncontig_and_large),
         cmocka_unit_test(test_reference_cases),
         cmocka_unit_test(test_gradcheck),

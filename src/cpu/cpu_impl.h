@@ -15,6 +15,11 @@
  * shape. A run is contiguous for an operand when its stride equals its element size: loops test
  * that to take a vectorisable path. */
 typedef void (*nb_cpu_loop_fn)(char **ptrs, const int64_t *strides, int64_t n, void *ctx);
+/* The same over `rows` runs at once: run r of operand k starts at ptrs[k] + r * outer[k] (bytes).
+ * One call per stretch of runs instead of one per run, for iterators of short runs (a bias added
+ * to channels-last activations: runs of the 32 channels). */
+typedef void (*nb_cpu_loop2d_fn)(char **ptrs, const int64_t *strides, int64_t n, const int64_t *outer, int64_t rows,
+                                 void *ctx);
 
 typedef struct nb_cpu_iter {
     int nops;
@@ -33,6 +38,9 @@ void nb_cpu_iter_init(nb_cpu_iter *it, const int64_t *shape, int ndim, int nops,
 void nb_cpu_iter_elementwise(nb_cpu_iter *it, nb_tensor *out, const nb_tensor *const *in, int n_in);
 /* Runs loop over the iterator, in parallel when numel >= grain (grain 0: NB_CPU_GRAIN). */
 void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int64_t grain);
+/* As nb_cpu_iter_run, calling a 2-D loop per stretch of consecutive runs along the dim outside
+ * the run's (all of a thread's runs when the iterator has two dims). */
+void nb_cpu_iter_run2d(const nb_cpu_iter *it, nb_cpu_loop2d_fn loop, void *ctx, int64_t grain);
 
 /* The number of threads to use for `work` units of which `grain` are worth one thread. */
 int nb_cpu_threads_for(int64_t work, int64_t grain);

@@ -78,12 +78,13 @@ static inline u8 ipow_u8(u8 a, u8 b)
     return (u8)r;
 }
 
-/* One loop per (op, dtype). EXPR computes the result from `a` and `b` of type TI; the result is
- * stored as TO. */
-#define BIN_LOOP(NAME, TO, TI, EXPR)                                                             \
-    NB_HOT static void NAME(char **p, const int64_t *s, int64_t n, void *ctx)                    \
+/* One loop per (op, dtype), in two forms: NAME over one run (nb_cpu_loop_fn) and NAME##_2d over
+ * a stretch of runs (nb_cpu_loop2d_fn), both the inlined body NAME##_run (BIN_LOOP_1D: the first
+ * alone, for the scalar exponents' loops). EXPR computes the
+ * result from `a` and `b` of type TI; the result is stored as TO. */
+#define BIN_LOOP_1D(NAME, TO, TI, EXPR)                                                          \
+    static inline __attribute__((always_inline)) void NAME##_run(char **p, const int64_t *s, int64_t n) \
     {                                                                                            \
-        (void)ctx;                                                                               \
         const int64_t so = sizeof(TO), si = sizeof(TI);                                          \
         TO *o = (TO *)p[0];                                                                      \
         const TI *x = (const TI *)p[1], *y = (const TI *)p[2];                                   \
@@ -117,6 +118,19 @@ static inline u8 ipow_u8(u8 a, u8 b)
                 *(TO *)(p[0] + k * s[0]) = (TO)(EXPR);                                           \
             }                                                                                    \
         }                                                                                        \
+    }                                                                                            \
+    NB_HOT static void NAME(char **p, const int64_t *s, int64_t n, void *ctx)                    \
+    {                                                                                            \
+        (void)ctx;                                                                               \
+        NAME##_run(p, s, n);                                                                     \
+    }
+#define BIN_LOOP(NAME, TO, TI, EXPR)                                                             \
+    BIN_LOOP_1D(NAME, TO, TI, EXPR)                                                              \
+    NB_HOT static void NAME##_2d(char **p, const int64_t *s, int64_t n, const int64_t *os, int64_t rows, void *ctx) \
+    {                                                                                            \
+        (void)ctx;                                                                               \
+        char *q[3] = {p[0], p[1], p[2]};                                                         \
+        for (int64_t r = 0; r < rows; r++, q[0] += os[0], q[1] += os[1], q[2] += os[2]) NAME##_run(q, s, n); \
     }
 
 #define CMP_LOOPS(SUF, T)                                                                        \
@@ -160,10 +174,10 @@ BIN_LOOP(pow_i64, i64, i64, ipow_i64(a, b))
 BIN_LOOP(pow_i32, i32, i32, ipow_i32(a, b))
 BIN_LOOP(pow_u8, u8, u8, ipow_u8(a, b))
 /* pow with a scalar exponent of 2 or 0.5, as PyTorch special-cases them */
-BIN_LOOP(sq_f32, f32, f32, a * a)
-BIN_LOOP(sq_f64, f64, f64, a * a)
-BIN_LOOP(sqrt_f32, f32, f32, sqrtf(a))
-BIN_LOOP(sqrt_f64, f64, f64, sqrt(a))
+BIN_LOOP_1D(sq_f32, f32, f32, a * a)
+BIN_LOOP_1D(sq_f64, f64, f64, a * a)
+BIN_LOOP_1D(sqrt_f32, f32, f32, sqrtf(a))
+BIN_LOOP_1D(sqrt_f64, f64, f64, sqrt(a))
 
 #define MINMAX_LOOPS_F(SUF, T)                                                                   \
     BIN_LOOP(max_##SUF, T, T, (isnan(a) || a > b) ? a : b)                                        \
@@ -185,8 +199,16 @@ static const nb_cpu_loop_fn LOOPS[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = {
     ROW(add), ROW_NO_BOOL(sub), ROW(mul), ROW_NO_BOOL(div), ROW_NO_BOOL(pow), ROW(max), ROW(min),
     ROW(eq),  ROW(ne),          ROW(lt),  ROW(le),          ROW(gt),          ROW(ge),
 };
+#define ROW2(p) {p##_f32_2d, p##_f64_2d, p##_i64_2d, p##_i32_2d, p##_u8_2d, p##_b8_2d}
+#define ROW2_NO_BOOL(p) {p##_f32_2d, p##_f64_2d, p##_i64_2d, p##_i32_2d, p##_u8_2d, NULL}
+static const nb_cpu_loop2d_fn LOOPS2D[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = {
+    ROW2(add), ROW2_NO_BOOL(sub), ROW2(mul), ROW2_NO_BOOL(div), ROW2_NO_BOOL(pow), ROW2(max), ROW2(min),
+    ROW2(eq),  ROW2(ne),          ROW2(lt),  ROW2(le),          ROW2(gt),          ROW2(ge),
+};
 #undef ROW
 #undef ROW_NO_BOOL
+#undef ROW2
+#undef ROW2_NO_BOOL
 
 /* ---- streaming stores ----------------------------------------------------------------------- */
 
@@ -323,6 +345,14 @@ nb_status nb_cpu_k_binary(nb_op op, const nb_kargs *a)
         it.nops = 3;
         it.base[2] = (char *)&sv;
         if (op == NB_OP_POW) loop = pow_scalar_loop(dt, a->s0);
+    }
+    /* two operands and short runs (which the streaming loops leave to the plain ones): one call
+     * per stretch of runs. A channels-last [32, 32, 28, 28] float32 plus a [1, C, 1, 1] bias, runs
+     * of 32, at 1 thread on Zen 3: 0.23-0.40 -> 0.10-0.16 ms (PyTorch 0.13-0.14) */
+    int64_t run_bytes = it.shape[it.ndim - 1] * (int64_t)nb_dtype_size(dt);
+    if (y && it.ndim >= 2 && run_bytes < NB_CPU_STREAM_MIN_RUN) {
+        nb_cpu_iter_run2d(&it, LOOPS2D[op - NB_OP_ADD][dt], NULL, op == NB_OP_POW ? NB_CPU_GRAIN / 16 : 0);
+        return NB_OK;
     }
     void *ctx = NULL;
 #ifdef NB_STREAM
