@@ -114,4 +114,8 @@ def _build():
     _adapt(t, "adapt_3x2", r(2, 19, 7, 5), 3, 2)
     _adapt(t, "adapt_up", r(1, 18, 3, 4), 5, 6)
     _adapt(t, "adapt_wide", r(2, 600, 3, 3), 2, 2)
+    # global pools of NCHW float32 on AVX2: an odd group of eight planes, three planes left over
+    # and a tail of taps; and fewer taps than a vector
+    _adapt(t, "adapt_1x1_odd", r(3, 9, 6, 6), 1, 1)
+    _adapt(t, "adapt_1x1_small", r(1, 24, 2, 3), 1, 1)
     return t
