@@ -205,37 +205,9 @@ void nb_cpu_iter_elementwise(nb_cpu_iter *it, nb_tensor *out, const nb_tensor *c
     nb_cpu_iter_init(it, shape, out->ndim, n_in + 1, base, (const int64_t(*)[NB_MAX_DIMS])strides);
 }
 
-/* Runs rows [r0, r1) of the iterator, a row being one run of the innermost dim. */
-static void run_rows(const nb_cpu_iter *it, int64_t r0, int64_t r1, nb_cpu_loop_fn loop, void *ctx)
-{
-    int nd = it->ndim, nops = it->nops;
-    int64_t inner = it->shape[nd - 1];
-    int64_t idx[NB_MAX_DIMS] = {0};
-    int64_t rem = r0;
-    for (int d = nd - 2; d >= 0; d--) {
-        idx[d] = rem % it->shape[d];
-        rem /= it->shape[d];
-    }
-    char *ptrs[NB_ITER_MAX_OPS];
-    int64_t inner_strides[NB_ITER_MAX_OPS];
-    for (int k = 0; k < nops; k++) inner_strides[k] = it->strides[k][nd - 1];
-    for (int64_t r = r0; r < r1; r++) {
-        for (int k = 0; k < nops; k++) {
-            char *p = it->base[k];
-            for (int d = 0; d < nd - 1; d++) p += idx[d] * it->strides[k][d];
-            ptrs[k] = p;
-        }
-        loop(ptrs, inner_strides, inner, ctx);
-        for (int d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < it->shape[d]) break;
-            idx[d] = 0;
-        }
-    }
-}
-
-/* Runs rows [r0, r1) (ndim >= 2) through a 2-D loop, one call per stretch of consecutive rows
- * along dim ndim - 2. */
-static void run_rows2d(const nb_cpu_iter *it, int64_t r0, int64_t r1, nb_cpu_loop2d_fn loop, void *ctx)
+/* Runs rows [r0, r1) of the iterator (ndim >= 2), a row being one run of the innermost dim,
+ * through a 2-D loop: one call per stretch of consecutive rows along dim ndim - 2. */
+static void run_rows(const nb_cpu_iter *it, int64_t r0, int64_t r1, nb_cpu_loop2d_fn loop, void *ctx)
 {
     int nd = it->ndim, nops = it->nops;
     int64_t inner = it->shape[nd - 1], h = it->shape[nd - 2];
@@ -264,20 +236,8 @@ static void run_rows2d(const nb_cpu_iter *it, int64_t r0, int64_t r1, nb_cpu_loo
     }
 }
 
-/* Runs elements [e0, e1) of a 1-dim iterator. */
-static void run_flat(const nb_cpu_iter *it, int64_t e0, int64_t e1, nb_cpu_loop_fn loop, void *ctx)
-{
-    char *ptrs[NB_ITER_MAX_OPS];
-    int64_t strides[NB_ITER_MAX_OPS];
-    for (int k = 0; k < it->nops; k++) {
-        strides[k] = it->strides[k][0];
-        ptrs[k] = it->base[k] + e0 * strides[k];
-    }
-    loop(ptrs, strides, e1 - e0, ctx);
-}
-
 /* Elements [e0, e1) of a 1-dim iterator through a 2-D loop: one row. */
-static void run_flat2d(const nb_cpu_iter *it, int64_t e0, int64_t e1, nb_cpu_loop2d_fn loop, void *ctx)
+static void run_flat(const nb_cpu_iter *it, int64_t e0, int64_t e1, nb_cpu_loop2d_fn loop, void *ctx)
 {
     char *ptrs[NB_ITER_MAX_OPS];
     int64_t st[NB_ITER_MAX_OPS], os[NB_ITER_MAX_OPS] = {0};
@@ -288,18 +248,17 @@ static void run_flat2d(const nb_cpu_iter *it, int64_t e0, int64_t e1, nb_cpu_loo
     loop(ptrs, st, e1 - e0, os, 1, ctx);
 }
 
-/* nb_cpu_iter_run and nb_cpu_iter_run2d: one of loop and loop2d is given. */
-static void iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, nb_cpu_loop2d_fn loop2d, void *ctx, int64_t grain)
+/* Runs the iterator through a 2-D loop: nb_cpu_iter_run2d's, or one that calls a 1-D loop per
+ * run (run_each). */
+static void iter_run(const nb_cpu_iter *it, nb_cpu_loop2d_fn loop, void *ctx, int64_t grain)
 {
     if (it->numel == 0) return;
     int nt = nb_cpu_threads_for(it->numel, grain);
     int64_t inner = it->shape[it->ndim - 1];
     int64_t rows = it->numel / inner;
     if (nt <= 1) {
-        if (it->ndim == 1 && loop) run_flat(it, 0, inner, loop, ctx);
-        else if (it->ndim == 1) run_flat2d(it, 0, inner, loop2d, ctx);
-        else if (loop) run_rows(it, 0, rows, loop, ctx);
-        else run_rows2d(it, 0, rows, loop2d, ctx);
+        if (it->ndim == 1) run_flat(it, 0, inner, loop, ctx);
+        else run_rows(it, 0, rows, loop, ctx);
         return;
     }
     if (it->ndim == 1) {
@@ -313,8 +272,7 @@ static void iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, nb_cpu_loop2d_f
             /* chunks aligned to 16 elements keep vector loops on whole cache lines */
             int64_t chunk = ((inner + n - 1) / n + 15) & ~(int64_t)15;
             int64_t e0 = t * chunk, e1 = e0 + chunk < inner ? e0 + chunk : inner;
-            if (e0 < e1 && loop) run_flat(it, e0, e1, loop, ctx);
-            else if (e0 < e1) run_flat2d(it, e0, e1, loop2d, ctx);
+            if (e0 < e1) run_flat(it, e0, e1, loop, ctx);
         }
         return;
     }
@@ -322,17 +280,34 @@ static void iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, nb_cpu_loop2d_f
     {
         int64_t r0, r1;
         nb_cpu_thread_share(rows, &r0, &r1);
-        if (r0 < r1 && loop) run_rows(it, r0, r1, loop, ctx);
-        else if (r0 < r1) run_rows2d(it, r0, r1, loop2d, ctx);
+        if (r0 < r1) run_rows(it, r0, r1, loop, ctx);
+    }
+}
+
+/* A 1-D loop over each run of a stretch: ctx is a one_loop. */
+typedef struct one_loop {
+    nb_cpu_loop_fn fn;
+    void *ctx;
+    int nops;
+} one_loop;
+
+static void run_each(char **ptrs, const int64_t *strides, int64_t n, const int64_t *outer, int64_t rows, void *ctx)
+{
+    const one_loop *l = ctx;
+    char *p[NB_ITER_MAX_OPS];
+    for (int64_t r = 0; r < rows; r++) {
+        for (int k = 0; k < l->nops; k++) p[k] = ptrs[k] + r * outer[k]; /* fresh: a loop may move them */
+        l->fn(p, strides, n, l->ctx);
     }
 }
 
 void nb_cpu_iter_run(const nb_cpu_iter *it, nb_cpu_loop_fn loop, void *ctx, int64_t grain)
 {
-    iter_run(it, loop, NULL, ctx, grain);
+    one_loop l = {loop, ctx, it->nops};
+    iter_run(it, run_each, &l, grain);
 }
 
 void nb_cpu_iter_run2d(const nb_cpu_iter *it, nb_cpu_loop2d_fn loop, void *ctx, int64_t grain)
 {
-    iter_run(it, NULL, loop, ctx, grain);
+    iter_run(it, loop, ctx, grain);
 }

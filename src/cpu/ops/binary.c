@@ -194,17 +194,15 @@ MINMAX_LOOPS_I(b8, b8)
 
 #define ROW(p) {p##_f32, p##_f64, p##_i64, p##_i32, p##_u8, p##_b8}
 #define ROW_NO_BOOL(p) {p##_f32, p##_f64, p##_i64, p##_i32, p##_u8, NULL}
-/* Indexed by op - NB_OP_ADD and by dtype (NB_FLOAT32..NB_BOOL); NULL: not defined for it. */
-static const nb_cpu_loop_fn LOOPS[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = {
-    ROW(add), ROW_NO_BOOL(sub), ROW(mul), ROW_NO_BOOL(div), ROW_NO_BOOL(pow), ROW(max), ROW(min),
-    ROW(eq),  ROW(ne),          ROW(lt),  ROW(le),          ROW(gt),          ROW(ge),
-};
 #define ROW2(p) {p##_f32_2d, p##_f64_2d, p##_i64_2d, p##_i32_2d, p##_u8_2d, p##_b8_2d}
 #define ROW2_NO_BOOL(p) {p##_f32_2d, p##_f64_2d, p##_i64_2d, p##_i32_2d, p##_u8_2d, NULL}
-static const nb_cpu_loop2d_fn LOOPS2D[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = {
-    ROW2(add), ROW2_NO_BOOL(sub), ROW2(mul), ROW2_NO_BOOL(div), ROW2_NO_BOOL(pow), ROW2(max), ROW2(min),
-    ROW2(eq),  ROW2(ne),          ROW2(lt),  ROW2(le),          ROW2(gt),          ROW2(ge),
-};
+/* The ops in order from NB_OP_ADD, with the row macros for those defined on bool and not. */
+#define OP_TABLE(R, RNB)                                                                         \
+    {R(add), RNB(sub), R(mul), RNB(div), RNB(pow), R(max), R(min), R(eq), R(ne), R(lt), R(le), R(gt), R(ge)}
+/* Indexed by op - NB_OP_ADD and by dtype (NB_FLOAT32..NB_BOOL); NULL: not defined for it. */
+static const nb_cpu_loop_fn LOOPS[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = OP_TABLE(ROW, ROW_NO_BOOL);
+static const nb_cpu_loop2d_fn LOOPS2D[NB_OP_GE - NB_OP_ADD + 1][NB_BOOL + 1] = OP_TABLE(ROW2, ROW2_NO_BOOL);
+#undef OP_TABLE
 #undef ROW
 #undef ROW_NO_BOOL
 #undef ROW2

@@ -684,11 +684,9 @@ static void global_mean_f32(pool_geom g, const float *x, float *y)
         global_sums_avx2(xa, two ? xa + 8 * hw : xa, hw, s, s + 8);
         for (int k = 0; k < (two ? 16 : 8); k++) y[it * 16 + k] = s[k] / (float)hw;
     }
-    for (int64_t p = groups * 8; p < g.planes; p++) { /* the last planes % 8, as MEAN_FWD sums them */
-        float s = 0;
-        for (int64_t j = 0; j < hw; j++) s += x[p * hw + j];
-        y[p] = s / (float)hw;
-    }
+    pool_geom rest = g; /* the last planes % 8 */
+    rest.planes = g.planes - groups * 8;
+    if (rest.planes) adapt_fwd_float(rest, x + groups * 8 * hw, y + groups * 8);
 }
 
 #else

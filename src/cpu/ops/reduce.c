@@ -391,9 +391,9 @@ static inline double f_combine(fop f, double x, double y)
 RUN_FN(run_f32_generic, float)
 RUN_FN(run_f64, double)
 
-static double run_f32(fop f, const float *x, int64_t n, double shift)
+/* v: this CPU's vector kernels (nb__reduce_vec), or NULL. */
+static double run_f32(const nb_reduce_vec *v, fop f, const float *x, int64_t n, double shift)
 {
-    const nb_reduce_vec *v = nb__reduce_vec();
     if (v && f == F_ADD) return v->sum(x, n);
     if (v && (f == F_MAX || f == F_MIN) && n > 0) return v->extreme(x, n, f == F_MAX ? 1 : -1);
     return run_f32_generic(f, x, n, shift);
@@ -445,32 +445,19 @@ typedef struct fast {
     const char *in;
     char *out;
     int64_t es;
+    const nb_reduce_vec *vec; /* float32: nb__reduce_vec(), looked up once per op */
 } fast;
 
 static double fast_run(const fast *c, int64_t off, int64_t n)
 {
-    return c->f32 ? run_f32(c->f, (const float *)c->in + off, n, c->shift)
+    return c->f32 ? run_f32(c->vec, c->f, (const float *)c->in + off, n, c->shift)
                   : run_f64(c->f, (const double *)c->in + off, n, c->shift);
 }
 
-/* Stores output v at element offset `at` of out, finishing MEAN, NORM(2) and VAR. */
-static void fast_store(const fast *c, const rplan *p, int64_t at, double v)
-{
-    if (c->op == NB_OP_MEAN) v /= (double)p->nred;
-    else if (c->f == F_ADDSQ) v = sqrt(v);
-    else if (c->op == NB_OP_VAR) {
-        double dof = (double)p->nred - (double)c->correction;
-        v /= dof > 0 ? dof : 0;
-        if (c->sqrt) v = sqrt(v);
-    }
-    char *dst = c->out + at * c->es;
-    if (c->f32) *(float *)dst = (float)v;
-    else *(double *)dst = v;
-}
-
-/* fast_store for the n outputs acc[0 .. n) at offsets at, at + 1, ...: the op's finish chosen
- * once for the row. Per output, GCC vectorised the store with the square root computed for every
- * op and blended away, which was a fifth of a float32 sum over dim 1 of NCHW [32, 32, 28, 28]. */
+/* Stores the n outputs acc[0 .. n) at element offsets at, at + 1, ... of out, finishing MEAN,
+ * NORM(2) and VAR, with the finish chosen once for the row. Per output, GCC vectorised the
+ * store with the square root computed for every op and blended away, which was a fifth of a
+ * float32 sum over dim 1 of NCHW [32, 32, 28, 28]. */
 static void fast_store_row(const fast *c, const rplan *p, int64_t at, const double *acc, int64_t n)
 {
     double div = 1; /* MEAN: the count, VAR: the degrees of freedom (0 when none: inf or NaN) */
@@ -492,6 +479,8 @@ static void fast_store_row(const fast *c, const rplan *p, int64_t at, const doub
     else
         for (int64_t j = 0; j < n; j++) o64[j] = acc[j] / div;
 }
+
+static void fast_store(const fast *c, const rplan *p, int64_t at, double v) { fast_store_row(c, p, at, &v, 1); }
 
 /* Walks the outputs [o0, o1) in row-major order of the kept dims with wi.off, wo.off and w2.off
  * their offsets in the input, out and out2: one division per range instead of one per output
@@ -624,9 +613,8 @@ static nb_status inner_mode(const fast *c, const rplan *p)
             int t, n;
             nb_cpu_thread_pos(&t, &n);
             int64_t o0 = p->nout * t / n, o1 = p->nout * (t + 1) / n;
-            const nb_reduce_vec *v = nb__reduce_vec();
-            if (v && p->nr == 1 && p->nk == 1 && p->nred <= NB_REDUCE_SHORT_ROW && c->f32 && c->f == F_ADD)
-                v->short_rows((float *)c->out + o0 * p->ko[0], p->ko[0], (const float *)c->in + o0 * p->kin[0],
+            if (c->vec && p->nr == 1 && p->nk == 1 && p->nred <= NB_REDUCE_SHORT_ROW && c->f == F_ADD)
+                c->vec->short_rows((float *)c->out + o0 * p->ko[0], p->ko[0], (const float *)c->in + o0 * p->kin[0],
                               p->kin[0], o1 - o0, p->nred, c->op == NB_OP_MEAN ? (double)p->nred : 1.0);
             else if (p->nr == 1 && c->op != NB_OP_VAR) /* one run per output */
                 FOR_KEPT(p, o0, o1, o, wi, wo, w2, fast_store(c, p, wo.off, fast_run(c, wi.off, p->nred)));
@@ -660,7 +648,7 @@ static void outer_block(const fast *c, const rplan *p, int64_t ko, int64_t c0, i
                         int64_t r1, double *acc)
 {
     int64_t base = offset_of(ko, p->nk - 1, p->ks, p->kin) + c0;
-    const nb_reduce_vec *v = c->f32 && c->f == F_ADD ? nb__reduce_vec() : NULL;
+    const nb_reduce_vec *v = c->f == F_ADD ? c->vec : NULL;
     if (v && p->nr == 1 && (cw <= v->narrow_max || r1 - r0 <= OUTER_STRIP_ROWS)) {
         const float *x = (const float *)c->in + base + r0 * p->rin[0];
         for (int64_t j = 0; j < cw; j += v->narrow_max)
@@ -757,6 +745,7 @@ static nb_status try_fast(nb_op op, const nb_kargs *a, const rplan *p, bool *don
     if ((in->dtype != NB_FLOAT32 && in->dtype != NB_FLOAT64) || a->out->dtype != in->dtype) return NB_OK;
     if (p->nout == 0 || p->nred == 0 || a->out2) return NB_OK;
     fast c = {.op = op, .f32 = in->dtype == NB_FLOAT32, .in = nb__data(in), .out = nb__data(a->out),
+              .vec = in->dtype == NB_FLOAT32 ? nb__reduce_vec() : NULL,
               .es = (int64_t)nb_dtype_size(in->dtype)};
     switch (op) {
     case NB_OP_SUM:
@@ -878,9 +867,9 @@ static nb_status extreme_outer(nb_op op, const nb_kargs *a, const rplan *p, bool
 FIRST_FN(first_extreme_f32, float)
 FIRST_FN(first_extreme_f64, double)
 
-static int64_t first_extreme(bool f32, const char *x, int64_t n, int sign)
+/* v: the vector kernels for float32 x (nb__reduce_vec), or NULL. */
+static int64_t first_extreme(const nb_reduce_vec *v, bool f32, const char *x, int64_t n, int sign)
 {
-    const nb_reduce_vec *v = f32 ? nb__reduce_vec() : NULL;
     if (v) return v->first_extreme((const float *)x, n, sign);
     return f32 ? first_extreme_f32((const float *)x, n, sign) : first_extreme_f64((const double *)x, n, sign);
 }
@@ -899,6 +888,7 @@ static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool
     if ((!f32 && in->dtype != NB_FLOAT64) || p->nr != 1 || p->rin[0] != 1 || (!arg && !a->out2)) return NB_OK;
     int sign = op == NB_OP_MAX || op == NB_OP_ARGMAX ? 1 : -1;
     int64_t L = p->rs[0], es = f32 ? 4 : 8;
+    const nb_reduce_vec *vec = f32 ? nb__reduce_vec() : NULL;
     const char *ib = nb__data(in);
     char *ob = nb__data(a->out), *o2b = a->out2 ? nb__data(a->out2) : NULL;
     int nt = nb_cpu_threads_for(p->nout * L, 0);
@@ -920,7 +910,7 @@ static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool
             nb_cpu_thread_pos(&t, &n);
             FOR_KEPT(p, p->nout * t / n, p->nout * (t + 1) / n, o, wi, wo, w2, {
                 const char *x = ib + wi.off * es;
-                int64_t at = first_extreme(f32, x, L, sign);
+                int64_t at = first_extreme(vec, f32, x, L, sign);
                 PUT(wo.off, w2.off, at, x);
             });
         }
@@ -934,7 +924,7 @@ static nb_status extreme_inner(nb_op op, const nb_kargs *a, const rplan *p, bool
                 int t, n;
                 nb_cpu_thread_pos(&t, &n);
                 int64_t q0 = L * t / n, q1 = L * (t + 1) / n;
-                part[t] = q1 > q0 ? q0 + first_extreme(f32, x + q0 * es, q1 - q0, sign) : -1;
+                part[t] = q1 > q0 ? q0 + first_extreme(vec, f32, x + q0 * es, q1 - q0, sign) : -1;
                 if (t == 0) used = n;
             }
             int64_t at = -1;
