@@ -1,12 +1,16 @@
 /* nabla_layout_scan: each op once on a contiguous (NCHW) and once on a channels-last float32
- * [N, C, H, W] tensor, the median ms of 7 calls after 2 warm-ups (nb_scope around each call, the
- * result freed in it), and the ratio channels-last / NCHW, marked "<<<" above 1.5: where a layer
- * or a user's own code on channels-last activations would fall off a fast path
- * (docs/BENCHMARKS.md, session 33).
+ * [N, C, H, W] tensor, the median (or the least) ms of CALLS calls after 2 warm-ups (nb_scope
+ * around each call, the result freed in it), and the ratio channels-last / NCHW, marked "<<<"
+ * above 1.5: where a layer or a user's own code on channels-last activations would fall off a
+ * fast path (docs/BENCHMARKS.md, session 33). On a host whose other tenants disturb single calls,
+ * the least of many calls is the steadier figure.
  *
- * usage: nabla_layout_scan [THREADS [N C H W]]   (default 1 thread, [128, 32, 28, 28]) */
+ * usage: nabla_layout_scan [THREADS [N C H W [CALLS [median|min]]]]
+ *        (default 1 thread, [128, 32, 28, 28], 7 calls, the median) */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "nabla.h"
@@ -61,16 +65,20 @@ static nb_tensor *run(int k, const nb_tensor *x, const nb_tensor *y, const nb_te
 int main(int argc, char **argv)
 {
     int64_t shape[4] = {128, 32, 28, 28};
-    if (argc != 1 && argc != 2 && argc != 6) {
-        fprintf(stderr, "usage: nabla_layout_scan [THREADS [N C H W]]\n");
+    int calls = argc > 6 ? atoi(argv[6]) : 7;
+    bool least = argc > 7 && strcmp(argv[7], "min") == 0;
+    if ((argc != 1 && argc != 2 && argc < 6) || argc > 8 || calls < 1 || calls > 1000 ||
+        (argc > 7 && !least && strcmp(argv[7], "median") != 0)) {
+        fprintf(stderr, "usage: nabla_layout_scan [THREADS [N C H W [CALLS [median|min]]]]\n");
         return 2;
     }
     if (argc > 1 && nb_set_num_threads(atoi(argv[1])) != NB_OK) {
         fprintf(stderr, "layout_scan: %s\n", nb_last_error());
         return 2;
     }
-    for (int i = 0; argc == 6 && i < 4; i++) shape[i] = atoll(argv[2 + i]);
-    double ms[2][N_OPS];
+    for (int i = 0; argc >= 6 && i < 4; i++) shape[i] = atoll(argv[2 + i]);
+    double ms[2][N_OPS], *t = malloc((size_t)(calls + 2) * sizeof *t);
+    if (!t) return 1;
     for (int cl = 0; cl < 2; cl++) {
         nb_scope *outer = nb_scope_begin();
         nb_manual_seed(1);
@@ -85,8 +93,7 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int k = 0; k < N_OPS; k++) {
-            double t[9];
-            for (int r = 0; r < 9; r++) {
+            for (int r = 0; r < calls + 2; r++) {
                 nb_scope *s = nb_scope_begin();
                 double t0 = bench_now();
                 nb_tensor *o = run(k, x, y, b);
@@ -97,13 +104,15 @@ int main(int argc, char **argv)
                 }
                 nb_scope_end(s);
             }
-            qsort(t + 2, 7, sizeof t[0], bench_cmp_double);
-            ms[cl][k] = t[5] * 1e3;
+            qsort(t + 2, (size_t)calls, sizeof t[0], bench_cmp_double);
+            ms[cl][k] = (least ? t[2] : calls % 2 ? t[2 + calls / 2] : 0.5 * (t[1 + calls / 2] + t[2 + calls / 2])) * 1e3;
         }
         nb_scope_end(outer);
     }
-    printf("# nabla_layout_scan, [%lld, %lld, %lld, %lld] float32, %d thread(s), median ms of 7\n", (long long)shape[0],
-           (long long)shape[1], (long long)shape[2], (long long)shape[3], nb_get_num_threads());
+    free(t);
+    printf("# nabla_layout_scan, [%lld, %lld, %lld, %lld] float32, %d thread(s), %s ms of %d\n", (long long)shape[0],
+           (long long)shape[1], (long long)shape[2], (long long)shape[3], nb_get_num_threads(),
+           least ? "least" : "median", calls);
     printf("%-24s %9s %9s %8s\n", "op", "NCHW", "ch-last", "ratio");
     for (int k = 0; k < N_OPS; k++)
         printf("%-24s %9.3f %9.3f %8.2f%s\n", NAMES[k], ms[0][k], ms[1][k], ms[1][k] / ms[0][k],

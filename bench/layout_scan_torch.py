@@ -1,9 +1,10 @@
 """PyTorch's side of nabla_layout_scan (bench/layout_scan.c): the same ops on the same float32
-[N, C, H, W] tensors, contiguous and channels-last, timed the same way (9 calls, the first 2
-dropped, the median of 7, in ms), printed beside nabla's and as PyTorch / nabla (above 1: nabla
+[N, C, H, W] tensors, contiguous and channels-last, timed the same way (CALLS + 2 calls, the first 2
+dropped, the median or the least of the rest, in ms), printed beside nabla's and as PyTorch / nabla (above 1: nabla
 faster). With --nabla it runs that binary first with the same threads and shape.
 
-usage: python bench/layout_scan_torch.py [--threads T] [--shape N C H W]
+usage: python bench/layout_scan_torch.py [--threads T] [--shape N C H W] [--calls 7]
+                                         [--stat median|min]
                                          [--nabla build-bench/bench/nabla_layout_scan]
 """
 import argparse
@@ -48,7 +49,7 @@ OPS = {
 }
 
 
-def torch_scan(shape):
+def torch_scan(shape, calls, stat):
     g = torch.Generator().manual_seed(1)
     x0, y0 = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     b = torch.randn((1, shape[1], 1, 1), generator=g)
@@ -58,17 +59,17 @@ def torch_scan(shape):
         x, y = x0.contiguous(memory_format=fmt), y0.contiguous(memory_format=fmt)
         for name, fn in OPS.items():
             t = []
-            for _ in range(9):
+            for _ in range(calls + 2):
                 t0 = time.perf_counter()
                 r = fn(x, y, b)
                 t.append(time.perf_counter() - t0)
                 del r
-            ms[(name, cl)] = statistics.median(t[2:]) * 1e3
+            ms[(name, cl)] = (min(t[2:]) if stat == "min" else statistics.median(t[2:])) * 1e3
     return ms
 
 
-def nabla_scan(binary, threads, shape):
-    out = subprocess.run([binary, str(threads), *map(str, shape)], check=True, capture_output=True, text=True).stdout
+def nabla_scan(binary, threads, shape, calls, stat):
+    out = subprocess.run([binary, str(threads), *map(str, shape), str(calls), stat], check=True, capture_output=True, text=True).stdout
     ms = {}
     for line in out.splitlines():
         if line.startswith("#") or line.startswith("op "):
@@ -85,12 +86,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--shape", type=int, nargs=4, default=[128, 32, 28, 28])
+    ap.add_argument("--calls", type=int, default=7, help="timed calls per op (after 2 warm-ups)")
+    ap.add_argument("--stat", choices=("median", "min"), default="median")
     ap.add_argument("--nabla", help="the nabla_layout_scan binary, run first")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    nb = nabla_scan(a.nabla, a.threads, a.shape) if a.nabla else {}
-    pt = torch_scan(a.shape)
-    print(f"# layout scan, {a.shape} float32, {a.threads} thread(s), median ms of 7; torch {torch.__version__}")
+    nb = nabla_scan(a.nabla, a.threads, a.shape, a.calls, a.stat) if a.nabla else {}
+    pt = torch_scan(a.shape, a.calls, a.stat)
+    label = "least" if a.stat == "min" else "median"
+    print(f"# layout scan, {a.shape} float32, {a.threads} thread(s), {label} ms of {a.calls}; torch {torch.__version__}")
     if nb:
         print(f"{'op':24s} {'nabla NCHW':>10s} {'torch NCHW':>10s} {'ratio':>6s} {'nabla CL':>9s} {'torch CL':>9s} {'ratio':>6s}")
     else:
