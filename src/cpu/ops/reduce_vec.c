@@ -1,5 +1,7 @@
 /* The vector kernels of the float32 reductions (src/cpu/reduce_impl.h): AVX-512F's and AVX2's,
- * each summing in double. AVX2 converts four floats to a vector of doubles where AVX-512
+ * each summing in double what it first adds in float32 a few floats at a time (at most eight, as
+ * a tree: a rounding error of at most 3 x 2^-24 of their magnitudes, a bound that does not grow
+ * with n as the one of PyTorch's float32 cascade sum does). AVX2 converts four floats to a vector of doubles where AVX-512
  * converts eight, and it has no mask registers: its tails are a scalar loop or, for the narrow
  * columns' last vector, a masked move (vmaskmovps), which does not touch the lanes it leaves. */
 #include <math.h>
@@ -19,25 +21,39 @@
 
 /* ---- AVX-512F --------------------------------------------------------------------------- */
 
-/* float32 sum in double: four accumulators of eight lanes keep the adds independent, and the
- * tail is one masked load. Named registers, not an array: GCC kept an array of eight on the stack,
- * zeroed with rep stos on every call, which was most of a 32-element run's cost. */
+/* The low and high eight floats of v, as doubles. */
+#define LO8(v) _mm512_cvtps_pd(_mm512_castps512_ps256(v))
+#define HI8(v) _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+
+/* float32 sum: each lane adds four floats in float32, (x0 + x1) + (x2 + x3), and their sum goes
+ * into double accumulators; converting every float to double took a conversion per eight floats
+ * and held [128, 32, 28, 28]'s 12.8 MB to 0.225 ms at 1 thread on Zen 4 (PyTorch 0.16-0.18). Four
+ * accumulators of eight lanes keep the adds independent, and the tail is one masked load. Named
+ * registers, not an array: GCC kept an array of eight on the stack, zeroed with rep stos on every
+ * call, which was most of a 32-element run's cost. */
 AVX512 static double sum_f32_avx512(const float *x, int64_t n)
 {
-#define CVT8(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define LD(k) _mm512_loadu_ps(x + i + 16 * (k))
     __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_pd(a0, CVT8(x + i));
-        a1 = _mm512_add_pd(a1, CVT8(x + i + 8));
-        a2 = _mm512_add_pd(a2, CVT8(x + i + 16));
-        a3 = _mm512_add_pd(a3, CVT8(x + i + 24));
+    for (; i + 128 <= n; i += 128) {
+        __m512 s = _mm512_add_ps(_mm512_add_ps(LD(0), LD(1)), _mm512_add_ps(LD(2), LD(3)));
+        __m512 t = _mm512_add_ps(_mm512_add_ps(LD(4), LD(5)), _mm512_add_ps(LD(6), LD(7)));
+        a0 = _mm512_add_pd(a0, LO8(s));
+        a1 = _mm512_add_pd(a1, HI8(s));
+        a2 = _mm512_add_pd(a2, LO8(t));
+        a3 = _mm512_add_pd(a3, HI8(t));
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm512_add_pd(a0, CVT8(x + i));
-#undef CVT8
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = LD(0);
+        a0 = _mm512_add_pd(a0, LO8(v));
+        a1 = _mm512_add_pd(a1, HI8(v));
+    }
+#undef LD
     if (i < n) {
         __m512 t = _mm512_maskz_loadu_ps((__mmask16)((1u << (n - i)) - 1), x + i);
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
+        a2 = _mm512_add_pd(a2, LO8(t));
+        a3 = _mm512_add_pd(a3, HI8(t));
     }
     return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
 }
@@ -98,10 +114,13 @@ AVX512 static void short_rows_f32_avx512(float *out, int64_t os, const float *x,
         const float *q = x + o * xs;
         __m512d a = _mm512_setzero_pd(), b = a;
         int64_t v = 0;
-        for (; v + 2 <= nv; v += 2) {
-            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
-            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v + 8)));
+        for (; v + 4 <= nv; v += 4) { /* pairs of eight added in float32 */
+            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(q + 8 * v + 8))));
+            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v + 16),
+                                                               _mm256_loadu_ps(q + 8 * v + 24))));
         }
+        for (; v + 2 <= nv; v += 2)
+            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(q + 8 * v + 8))));
         if (v < nv) a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
         if (tail)
             b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(tail, q + 8 * nv))));
@@ -113,13 +132,14 @@ AVX512 static void short_rows_f32_avx512(float *out, int64_t os, const float *x,
 AVX512 static void rows_add_f32_avx512(double *acc, const float *const *rows, int nrows, int64_t n)
 {
     int64_t j = 0;
-#define LD(r, k) _mm512_cvtps_pd(_mm256_loadu_ps(rows[r] + j + (k)))
-    if (nrows == 8) /* a tree of adds: short dependency chains */
-        for (; j + 8 <= n; j += 8) {
-            __m512d s0 = _mm512_add_pd(LD(0, 0), LD(1, 0)), s1 = _mm512_add_pd(LD(2, 0), LD(3, 0));
-            __m512d s2 = _mm512_add_pd(LD(4, 0), LD(5, 0)), s3 = _mm512_add_pd(LD(6, 0), LD(7, 0));
-            __m512d t = _mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3));
-            _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), t));
+#define LD(r) _mm512_loadu_ps(rows[r] + j)
+    if (nrows == 8) /* a tree of adds in float32 (short dependency chains), then double */
+        for (; j + 16 <= n; j += 16) {
+            __m512 s0 = _mm512_add_ps(LD(0), LD(1)), s1 = _mm512_add_ps(LD(2), LD(3));
+            __m512 s2 = _mm512_add_ps(LD(4), LD(5)), s3 = _mm512_add_ps(LD(6), LD(7));
+            __m512 t = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+            _mm512_storeu_pd(acc + j, _mm512_add_pd(_mm512_loadu_pd(acc + j), LO8(t)));
+            _mm512_storeu_pd(acc + j + 8, _mm512_add_pd(_mm512_loadu_pd(acc + j + 8), HI8(t)));
         }
 #undef LD
     for (; j + 16 <= n; j += 16) {
@@ -138,31 +158,35 @@ AVX512 static void rows_add_f32_avx512(double *acc, const float *const *rows, in
 /* acc[0 .. K) += the R rows of K <= 64 float32 columns, rows rst elements apart, in double,
  * with the accumulators in registers over all the rows (NV vectors of eight, the last masked):
  * the sum over (0, 2, 3) of a channels-last [128, 32, 28, 28], 100352 rows of 32, took 0.6-0.9
- * ms at 1 thread reading and writing acc every eight rows, against 0.3 for the NCHW one. */
+ * ms at 1 thread reading and writing acc every eight rows, against 0.3 for the NCHW one. Four
+ * rows are added in float32, (r0 + r1) + (r2 + r3), before each conversion to double, and the
+ * next four go into a second set: a conversion per eight floats held that sum to 0.25 ms on Zen 4
+ * (PyTorch 0.16). */
+#define NLD(q, v) \
+    ((v) < NVEC - 1 ? _mm256_loadu_ps((q) + 8 * (v)) \
+                  : _mm256_castsi256_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, (q) + 8 * (v)))))
+#define NQUAD(q, v) \
+    _mm512_cvtps_pd(_mm256_add_ps(_mm256_add_ps(NLD(q, v), NLD((q) + rst, v)), \
+                                  _mm256_add_ps(NLD((q) + 2 * rst, v), NLD((q) + 3 * rst, v))))
 #define NARROW_FN(NV)                                                                            \
     AVX512 static void narrow_add_avx512_##NV(double *acc, const float *x, int64_t rst, \
                                                                    int64_t R, int64_t K)         \
     {                                                                                            \
+        enum { NVEC = NV };                                                                      \
         __m512d a[NV], b[NV];                                                                    \
         __mmask8 last = (__mmask8)(K - 8 * (NV - 1) >= 8 ? 0xff : (1u << (K - 8 * (NV - 1))) - 1); \
         for (int v = 0; v < NV; v++) a[v] = b[v] = _mm512_setzero_pd();                          \
         int64_t r = 0;                                                                           \
-        for (; r + 2 <= R; r += 2) { /* two rows into two sets: independent adds */              \
-            const float *q = x + r * rst, *q2 = q + rst;                                         \
-            for (int v = 0; v < NV - 1; v++) {                                                   \
-                a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));         \
-                b[v] = _mm512_add_pd(b[v], _mm512_cvtps_pd(_mm256_loadu_ps(q2 + 8 * v)));        \
+        for (; r + 8 <= R; r += 8) { /* two sets of four rows: independent adds */              \
+            const float *q = x + r * rst, *q2 = q + 4 * rst;                                     \
+            for (int v = 0; v < NV; v++) {                                                       \
+                a[v] = _mm512_add_pd(a[v], NQUAD(q, v));                                         \
+                b[v] = _mm512_add_pd(b[v], NQUAD(q2, v));                                        \
             }                                                                                    \
-            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
-            b[NV - 1] = _mm512_add_pd(b[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q2 + 8 * (NV - 1))))));    \
         }                                                                                        \
         for (; r < R; r++) {                                                                     \
             const float *q = x + r * rst;                                                        \
-            for (int v = 0; v < NV - 1; v++) a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v))); \
-            a[NV - 1] = _mm512_add_pd(a[NV - 1], _mm512_cvtps_pd(_mm256_castsi256_ps(                \
-                _mm512_castsi512_si256(_mm512_maskz_loadu_epi32(last, q + 8 * (NV - 1))))));     \
+            for (int v = 0; v < NV; v++) a[v] = _mm512_add_pd(a[v], _mm512_cvtps_pd(NLD(q, v))); \
         }                                                                                        \
         for (int v = 0; v < NV - 1; v++)                                                         \
             _mm512_storeu_pd(acc + 8 * v, _mm512_add_pd(_mm512_loadu_pd(acc + 8 * v), _mm512_add_pd(a[v], b[v]))); \
@@ -178,6 +202,11 @@ NARROW_FN(5)
 NARROW_FN(6)
 NARROW_FN(7)
 NARROW_FN(8)
+
+#undef NLD
+#undef NQUAD
+#undef LO8
+#undef HI8
 
 static void narrow_add_avx512(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
 {
@@ -197,18 +226,31 @@ AVX2 static inline double hsum_avx2(__m256d v)
 
 #define CVT4(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 
-/* Four accumulators of four doubles: the adds of 16 floats are independent. */
+/* The low and high four floats of v, as doubles. */
+#define LO4(v) _mm256_cvtps_pd(_mm256_castps256_ps128(v))
+#define HI4(v) _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))
+
+/* As sum_f32_avx512: each lane adds four floats in float32, (x0 + x1) + (x2 + x3), before
+ * double; four accumulators of four doubles keep the adds independent. */
 AVX2 static double sum_f32_avx2(const float *x, int64_t n)
 {
+#define LD(k) _mm256_loadu_ps(x + i + 8 * (k))
     __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_pd(a0, CVT4(x + i));
-        a1 = _mm256_add_pd(a1, CVT4(x + i + 4));
-        a2 = _mm256_add_pd(a2, CVT4(x + i + 8));
-        a3 = _mm256_add_pd(a3, CVT4(x + i + 12));
+    for (; i + 64 <= n; i += 64) {
+        __m256 s = _mm256_add_ps(_mm256_add_ps(LD(0), LD(1)), _mm256_add_ps(LD(2), LD(3)));
+        __m256 t = _mm256_add_ps(_mm256_add_ps(LD(4), LD(5)), _mm256_add_ps(LD(6), LD(7)));
+        a0 = _mm256_add_pd(a0, LO4(s));
+        a1 = _mm256_add_pd(a1, HI4(s));
+        a2 = _mm256_add_pd(a2, LO4(t));
+        a3 = _mm256_add_pd(a3, HI4(t));
     }
-    for (; i + 4 <= n; i += 4) a0 = _mm256_add_pd(a0, CVT4(x + i));
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = LD(0);
+        a0 = _mm256_add_pd(a0, LO4(v));
+        a1 = _mm256_add_pd(a1, HI4(v));
+    }
+#undef LD
     double t = 0;
     for (; i < n; i++) t += x[i];
     return hsum_avx2(_mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3))) + t;
@@ -269,10 +311,12 @@ AVX2 static void short_rows_f32_avx2(float *out, int64_t os, const float *x, int
         const float *q = x + o * xs;
         __m256d a = _mm256_setzero_pd(), b = a;
         int64_t v = 0;
-        for (; v + 2 <= nv; v += 2) {
-            a = _mm256_add_pd(a, CVT4(q + 4 * v));
-            b = _mm256_add_pd(b, CVT4(q + 4 * v + 4));
+        for (; v + 4 <= nv; v += 4) { /* pairs of four added in float32 */
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v), _mm_loadu_ps(q + 4 * v + 4))));
+            b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v + 8), _mm_loadu_ps(q + 4 * v + 12))));
         }
+        for (; v + 2 <= nv; v += 2)
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v), _mm_loadu_ps(q + 4 * v + 4))));
         if (v < nv) a = _mm256_add_pd(a, CVT4(q + 4 * v));
         double t = 0;
         for (int64_t j = 4 * nv; j < L; j++) t += q[j];
@@ -284,13 +328,14 @@ AVX2 static void short_rows_f32_avx2(float *out, int64_t os, const float *x, int
 AVX2 static void rows_add_f32_avx2(double *acc, const float *const *rows, int nrows, int64_t n)
 {
     int64_t j = 0;
-#define LD(r) CVT4(rows[r] + j)
-    if (nrows == 8) /* a tree of adds: short dependency chains */
-        for (; j + 4 <= n; j += 4) {
-            __m256d s0 = _mm256_add_pd(LD(0), LD(1)), s1 = _mm256_add_pd(LD(2), LD(3));
-            __m256d s2 = _mm256_add_pd(LD(4), LD(5)), s3 = _mm256_add_pd(LD(6), LD(7));
-            __m256d t = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
-            _mm256_storeu_pd(acc + j, _mm256_add_pd(_mm256_loadu_pd(acc + j), t));
+#define LD(r) _mm256_loadu_ps(rows[r] + j)
+    if (nrows == 8) /* a tree of adds in float32 (short dependency chains), then double */
+        for (; j + 8 <= n; j += 8) {
+            __m256 s0 = _mm256_add_ps(LD(0), LD(1)), s1 = _mm256_add_ps(LD(2), LD(3));
+            __m256 s2 = _mm256_add_ps(LD(4), LD(5)), s3 = _mm256_add_ps(LD(6), LD(7));
+            __m256 t = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+            _mm256_storeu_pd(acc + j, _mm256_add_pd(_mm256_loadu_pd(acc + j), LO4(t)));
+            _mm256_storeu_pd(acc + j + 4, _mm256_add_pd(_mm256_loadu_pd(acc + j + 4), HI4(t)));
         }
 #undef LD
     for (; j + 8 <= n; j += 8) {
@@ -309,12 +354,14 @@ AVX2 static void rows_add_f32_avx2(double *acc, const float *const *rows, int nr
 /* As narrow_add_avx512, for K <= 32 columns: NV vectors of four doubles in registers over all
  * the rows, the last one's 1 to 4 columns moved under a mask. Named accumulators, not arrays
  * (GCC kept arrays on the stack, storing them every row, and zeroed them with rep stos): a0..a7,
- * those past NV dead code. Up to four vectors, alternate rows go into a second set (b0..b3);
- * from five the NV chains are independent enough alone, and two sets would not fit AVX2's 16
- * registers. */
-#define NLD(q, k) ((k) < NVEC - 1 ? CVT4((q) + 4 * (k)) : _mm256_cvtps_pd(_mm_maskload_ps((q) + 4 * (k), m4)))
+ * those past NV dead code. Two rows are added in float32 before each conversion to double. Up to
+ * four vectors, alternate pairs of rows go into a second set (b0..b3); from five the NV chains
+ * are independent enough alone, and two sets would not fit AVX2's 16 registers. */
+#define NLD(q, k) ((k) < NVEC - 1 ? _mm_loadu_ps((q) + 4 * (k)) : _mm_maskload_ps((q) + 4 * (k), m4))
 #define NADD(acc, q, k)                                                                          \
-    if ((k) < NVEC) acc = _mm256_add_pd(acc, NLD(q, k))
+    if ((k) < NVEC) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(NLD(q, k)))
+#define NADD2(acc, q, k) /* rows q and q + rst, added in float32 first */                         \
+    if ((k) < NVEC) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_add_ps(NLD(q, k), NLD((q) + rst, k))))
 #define NPUT(k, sum)                                                                             \
     if ((k) < NVEC - 1) _mm256_storeu_pd(acc + 4 * (k), _mm256_add_pd(_mm256_loadu_pd(acc + 4 * (k)), sum)); \
     else if ((k) == NVEC - 1)                                                                      \
@@ -329,10 +376,16 @@ AVX2 static void rows_add_f32_avx2(double *acc, const float *const *rows, int nr
         __m256d b0 = a0, b1 = a0, b2 = a0, b3 = a0;                                              \
         int64_t r = 0;                                                                           \
         if (NV <= 4)                                                                             \
+            for (; r + 4 <= R; r += 4) {                                                         \
+                const float *q = x + r * rst, *q2 = q + 2 * rst;                                 \
+                NADD2(a0, q, 0); NADD2(a1, q, 1); NADD2(a2, q, 2); NADD2(a3, q, 3);              \
+                NADD2(b0, q2, 0); NADD2(b1, q2, 1); NADD2(b2, q2, 2); NADD2(b3, q2, 3);          \
+            }                                                                                    \
+        else                                                                                     \
             for (; r + 2 <= R; r += 2) {                                                         \
-                const float *q = x + r * rst, *q2 = q + rst;                                     \
-                NADD(a0, q, 0); NADD(a1, q, 1); NADD(a2, q, 2); NADD(a3, q, 3);                  \
-                NADD(b0, q2, 0); NADD(b1, q2, 1); NADD(b2, q2, 2); NADD(b3, q2, 3);              \
+                const float *q = x + r * rst;                                                    \
+                NADD2(a0, q, 0); NADD2(a1, q, 1); NADD2(a2, q, 2); NADD2(a3, q, 3);              \
+                NADD2(a4, q, 4); NADD2(a5, q, 5); NADD2(a6, q, 6); NADD2(a7, q, 7);              \
             }                                                                                    \
         for (; r < R; r++) {                                                                     \
             const float *q = x + r * rst;                                                        \
@@ -353,8 +406,11 @@ NARROW2_FN(7)
 NARROW2_FN(8)
 #undef NLD
 #undef NADD
+#undef NADD2
 #undef NPUT
 #undef CVT4
+#undef LO4
+#undef HI4
 
 static void narrow_add_avx2(double *acc, const float *x, int64_t rst, int64_t R, int64_t K)
 {
