@@ -1,10 +1,69 @@
-/* Internal: the vector kernels of the float32 reductions (src/cpu/ops/reduce_vec.c), one set for
- * AVX-512F and one for AVX2, which src/cpu/ops/reduce.c calls on its fast paths. All of them sum
- * in double, after adding at most eight floats at a time in float32 (reduce_vec.c). */
+/* Internal: the reductions' plan, shared by src/cpu/ops/reduce.c (the plan, the fast paths and
+ * the entry) and src/cpu/ops/reduce_ref.c (the reference path), and the vector kernels of the
+ * float32 reductions (src/cpu/ops/reduce_vec.c), one set for AVX-512F and one for AVX2, which
+ * reduce.c calls on its fast paths. All of them sum in double, after adding at most eight floats
+ * at a time in float32 (reduce_vec.c). */
 #ifndef NB_REDUCE_IMPL_H
 #define NB_REDUCE_IMPL_H
 
 #include <stdint.h>
+
+#include "cpu/cpu_impl.h"
+
+/* The reduction's geometry after dropping size-1 dims and merging dims that step as one: kept
+ * dims (outputs) and reduced dims, each in the tensor's order. Strides are in elements. */
+typedef struct rplan {
+    int nk, nr;
+    int64_t ks[NB_MAX_DIMS], kin[NB_MAX_DIMS], ko[NB_MAX_DIMS], ko2[NB_MAX_DIMS];
+    int64_t rs[NB_MAX_DIMS], rin[NB_MAX_DIMS];
+    int64_t nout, nred;
+} rplan;
+
+/* The offset (elements) of row-major position lin in a shape with the given strides. */
+static inline int64_t offset_of(int64_t lin, int nd, const int64_t *shape, const int64_t *strides)
+{
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        off += (lin % shape[d]) * strides[d];
+        lin /= shape[d];
+    }
+    return off;
+}
+
+/* Walks positions of a strided shape in row-major order, keeping the current offset. */
+typedef struct walk {
+    int nd;
+    const int64_t *shape, *strides;
+    int64_t idx[NB_MAX_DIMS];
+    int64_t off;
+} walk;
+
+static inline void walk_seek(walk *w, int nd, const int64_t *shape, const int64_t *strides, int64_t lin)
+{
+    w->nd = nd;
+    w->shape = shape;
+    w->strides = strides;
+    w->off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        w->idx[d] = lin % shape[d];
+        w->off += w->idx[d] * strides[d];
+        lin /= shape[d];
+    }
+}
+
+static inline void walk_next(walk *w)
+{
+    for (int d = w->nd - 1; d >= 0; d--) {
+        w->off += w->strides[d];
+        if (++w->idx[d] < w->shape[d]) return;
+        w->off -= w->strides[d] * w->shape[d];
+        w->idx[d] = 0;
+    }
+}
+
+/* The reference path: every op and dtype, each output's reduced elements walked through their
+ * strides and computed in double / int64 (reduce_ref.c). */
+void nb__reduce_reference(nb_op op, const nb_kargs *a, const rplan *p);
 
 typedef struct nb_reduce_vec {
     /* The sum of x[0 .. n). */

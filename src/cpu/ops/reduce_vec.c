@@ -1,9 +1,10 @@
 /* The vector kernels of the float32 reductions (src/cpu/reduce_impl.h): AVX-512F's and AVX2's,
  * each summing in double what it first adds in float32 a few floats at a time (at most eight, as
  * a tree: a rounding error of at most 3 x 2^-24 of their magnitudes, a bound that does not grow
- * with n as the one of PyTorch's float32 cascade sum does). AVX2 converts four floats to a vector of doubles where AVX-512
- * converts eight, and it has no mask registers: its tails are a scalar loop or, for the narrow
- * columns' last vector, a masked move (vmaskmovps), which does not touch the lanes it leaves. */
+ * with n as the one of PyTorch's float32 cascade sum does). AVX2 converts four floats to a vector
+ * of doubles where AVX-512 converts eight, and it has no mask registers: its tails are a scalar
+ * loop or, for the narrow columns' last vector, a masked move (vmaskmovps), which does not touch
+ * the lanes it leaves. */
 #include <math.h>
 #include <stdbool.h>
 
@@ -114,13 +115,13 @@ AVX512 static void short_rows_f32_avx512(float *out, int64_t os, const float *x,
         const float *q = x + o * xs;
         __m512d a = _mm512_setzero_pd(), b = a;
         int64_t v = 0;
+#define PAIR8(k) _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * (k)), _mm256_loadu_ps(q + 8 * (k) + 8)))
         for (; v + 4 <= nv; v += 4) { /* pairs of eight added in float32 */
-            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(q + 8 * v + 8))));
-            b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v + 16),
-                                                               _mm256_loadu_ps(q + 8 * v + 24))));
+            a = _mm512_add_pd(a, PAIR8(v));
+            b = _mm512_add_pd(b, PAIR8(v + 2));
         }
-        for (; v + 2 <= nv; v += 2)
-            a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_add_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(q + 8 * v + 8))));
+        for (; v + 2 <= nv; v += 2) a = _mm512_add_pd(a, PAIR8(v));
+#undef PAIR8
         if (v < nv) a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(q + 8 * v)));
         if (tail)
             b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_maskz_loadu_ps(tail, q + 8 * nv))));
@@ -311,12 +312,13 @@ AVX2 static void short_rows_f32_avx2(float *out, int64_t os, const float *x, int
         const float *q = x + o * xs;
         __m256d a = _mm256_setzero_pd(), b = a;
         int64_t v = 0;
+#define PAIR4(k) _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * (k)), _mm_loadu_ps(q + 4 * (k) + 4)))
         for (; v + 4 <= nv; v += 4) { /* pairs of four added in float32 */
-            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v), _mm_loadu_ps(q + 4 * v + 4))));
-            b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v + 8), _mm_loadu_ps(q + 4 * v + 12))));
+            a = _mm256_add_pd(a, PAIR4(v));
+            b = _mm256_add_pd(b, PAIR4(v + 2));
         }
-        for (; v + 2 <= nv; v += 2)
-            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_add_ps(_mm_loadu_ps(q + 4 * v), _mm_loadu_ps(q + 4 * v + 4))));
+        for (; v + 2 <= nv; v += 2) a = _mm256_add_pd(a, PAIR4(v));
+#undef PAIR4
         if (v < nv) a = _mm256_add_pd(a, CVT4(q + 4 * v));
         double t = 0;
         for (int64_t j = 4 * nv; j < L; j++) t += q[j];
