@@ -118,4 +118,8 @@ def _build():
     # and a tail of taps; and fewer taps than a vector
     _adapt(t, "adapt_1x1_odd", r(3, 9, 6, 6), 1, 1)
     _adapt(t, "adapt_1x1_small", r(1, 24, 2, 3), 1, 1)
+    # global pools of channels-last float32 on AVX2: two images at a time (an odd one left),
+    # channels in blocks of 32 (here 32 and 8), and more channels than that kernel takes
+    _adapt(t, "adapt_1x1_cl_blocks", r(3, 40, 5, 6), 1, 1)
+    _adapt(t, "adapt_1x1_cl_many", r(2, 264, 3, 3), 1, 1)
     return t

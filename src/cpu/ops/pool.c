@@ -5,19 +5,16 @@
  * PyTorch's indices (h * W + w in the input plane, in either layout; the first maximum wins, NaN
  * counts as the maximum), which its backward scatters through; its NCHW forward is branch-free
  * and vectorised (below), several times faster than PyTorch's on the DLBench shapes; on
- * channels-last float32 with channels a multiple of 16 both directions run on AVX-512 kernels;
- * oneDNN's pooling would need its own workspace instead of the indices. */
+ * channels-last float32 with channels a multiple of 16 both directions run on AVX-512 kernels,
+ * and float32 global average pools on AVX2 ones (both in pool_vec.c); oneDNN's pooling would
+ * need its own workspace instead of the indices. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_impl.h"
-
-typedef struct pool_geom {
-    int64_t n, c, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-    bool count_include_pad, relu; /* relu: max's fused ReLU (ops.def) */
-} pool_geom;
+#include "cpu/pool_impl.h"
 
 static pool_geom geom(const nb_tensor *x, const nb_tensor *y, const nb_kargs *a)
 {
@@ -288,7 +285,6 @@ MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
  * window corner's), stored as uint8. The fused ReLU as for max_row. The tap's update is a loop of
  * its own: gcc vectorises it there, not inside the window's loops. */
 #define NHWC_CHUNK 64
-#define NO_TAP 255 /* a uint8 tap index with no gradient (the fused ReLU's zeros) */
 #define MAX_PIX_NHWC(T, I)                                                                         \
     static inline void max_tap_##T##_##I(const T *restrict xt, T *restrict m, I *restrict bi, I j, int64_t nc) \
     {                                                                                              \
@@ -338,10 +334,8 @@ MEAN_BWD(double, adapt_bwd, ADAPT_WINDOW)
         for (int64_t ch = 0; ch < c; ch++) yp[ch] /= (T)div;                                       \
     }
 
-/* The forwards: PIX(g, x of image n, oy, ox, y of the pixel[, indices of the pixel]). */
-#define ROWS_NHWC_FOR(g)                                                                           \
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for((g).planes * (g).h * (g).w, NB_CPU_GRAIN))") \
-    for (int64_t r = 0; r < (g).n * (g).oh; r++)
+/* The forwards: PIX(g, x of image n, oy, ox, y of the pixel[, indices of the pixel]), over
+ * ROWS_NHWC_FOR's output rows (pool_impl.h). */
 
 #define MAX_FWD_NHWC(T)                                                                            \
     static void max_fwd_nhwc_##T(pool_geom g, const T *x, T *y, void *idx, bool tap)              \
@@ -455,265 +449,6 @@ static cblocks channel_blocks(const pool_geom *g)
         }                                                                                          \
     }
 
-/* Max pooling on channels-last float32 with channels a multiple of 16 (AlexNet-R's 32,
- * ResNet-50's 64), on AVX-512: the same taps in the same order, the running maxima and indices of
- * 16 channels in two registers, so an output pixel is a few instructions per tap rather than the
- * loops above. A tap's update waits on the last (compare, mask, select: about 6 cycles), so
- * NCH = 2 or 4 groups of 16 channels run side by side, and the input rows the next output row
- * adds are prefetched a row ahead (AlexNet-R's pool2, [1024, 32, 15, 15], 5.9 -> 3.4 ms at 1
- * thread). The backward gathers instead of scattering: each input pixel's gradient is the sum,
- * over the windows that cover it in output order, of the gradients whose index is that pixel;
- * the sums of the scatter (which adds in output order into zeros), bitwise, but gx is written
- * once, with no zeroing pass, and each thread owns input rows. (Streaming stores for a gx larger
- * than the last-level cache made AlexNet-R's pool1 slower: 8.3 -> 13 ms.) */
-#if defined(__x86_64__)
-#include <immintrin.h>
-
-#define V512 __attribute__((target("avx512f")))
-
-static bool max_nhwc_vec(const pool_geom *g)
-{
-    return g->c % 16 == 0 && g->h * g->w <= INT32_MAX && nb_cpu_avx512();
-}
-
-/* The channels [c0, c0 + 16 NCH) of one output pixel: the window's taps from xw (its clipped
- * corner (y0, x0)), rows x cols of them, w pixels a row; tap (iy, ix) of the clipped window has
- * index j0 + iy jr + ix. Stores the maxima to yp and the indices to ip (uint8 with tap, else
- * int64), with the fused ReLU as max_row's. */
-#define MAX_PIX_VEC(NCH)                                                                           \
-    V512 static inline void max_pix_vec##NCH(const float *xw, int64_t c, int64_t w, int64_t rows, int64_t cols, \
-                                             int32_t j0, int32_t jr, bool relu, bool tap, float *yp, void *ip, \
-                                             int64_t c0)                                           \
-    {                                                                                              \
-        __m512 m[NCH];                                                                             \
-        __m512i bi[NCH];                                                                           \
-        for (int k = 0; k < NCH; k++) m[k] = _mm512_set1_ps(-INFINITY), bi[k] = _mm512_set1_epi32(j0); \
-        for (int64_t iy = 0; iy < rows; iy++)                                                      \
-            for (int64_t ix = 0; ix < cols; ix++) {                                                \
-                const float *xt = xw + (iy * w + ix) * c + c0;                                     \
-                __m512i j = _mm512_set1_epi32(j0 + (int32_t)(iy * jr + ix));                       \
-                for (int k = 0; k < NCH; k++) {                                                    \
-                    __m512 v = _mm512_loadu_ps(xt + 16 * k);                                       \
-                    __mmask16 take = _mm512_cmp_ps_mask(v, m[k], _CMP_GT_OQ) |                     \
-                                     (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) &                     \
-                                      _mm512_cmp_ps_mask(m[k], m[k], _CMP_ORD_Q));                 \
-                    m[k] = _mm512_mask_mov_ps(m[k], take, v);                                      \
-                    bi[k] = _mm512_mask_mov_epi32(bi[k], take, j);                                 \
-                }                                                                                  \
-            }                                                                                      \
-        for (int k = 0; k < NCH; k++) {                                                            \
-            int64_t ch = c0 + 16 * k;                                                              \
-            if (relu) {                                                                            \
-                __m512 z = _mm512_setzero_ps();                                                    \
-                __mmask16 keep = _mm512_cmp_ps_mask(m[k], z, _CMP_NLE_UQ);                         \
-                bi[k] = _mm512_mask_mov_epi32(_mm512_set1_epi32(tap ? NO_TAP : -1), keep, bi[k]);  \
-                m[k] = _mm512_mask_mov_ps(m[k], _mm512_cmp_ps_mask(m[k], z, _CMP_LT_OQ), z);       \
-            }                                                                                      \
-            _mm512_storeu_ps(yp + ch, m[k]);                                                       \
-            if (tap) {                                                                             \
-                _mm_storeu_si128((__m128i *)((uint8_t *)ip + ch), _mm512_cvtepi32_epi8(bi[k]));    \
-            } else {                                                                               \
-                int64_t *i64 = (int64_t *)ip + ch;                                                 \
-                _mm512_storeu_si512(i64, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi[k])));    \
-                _mm512_storeu_si512(i64 + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi[k], 1))); \
-            }                                                                                      \
-        }                                                                                          \
-    }
-
-MAX_PIX_VEC(1)
-MAX_PIX_VEC(2)
-MAX_PIX_VEC(4)
-
-V512 static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, void *idx, bool tap)
-{
-    int64_t c = g.c, w = g.w, isz = tap ? 1 : (int64_t)sizeof(int64_t);
-    int nch = c % 64 == 0 ? 4 : c % 32 == 0 ? 2 : 1;
-    ROWS_NHWC_FOR(g) {
-        int64_t n = r / g.oh, oy = r % g.oh;
-        const float *xn = x + n * g.h * w * c;
-        int64_t wy = oy * g.sh - g.ph, y1 = wy + g.kh < g.h ? wy + g.kh : g.h, y0 = wy < 0 ? 0 : wy;
-        for (int64_t ox = 0; ox < g.ow; ox++) {
-            int64_t wx = ox * g.sw - g.pw, x1 = wx + g.kw < w ? wx + g.kw : w, x0 = wx < 0 ? 0 : wx;
-            /* the next output row's new input rows under this window's columns (those the
-             * previous pixel's prefetch left out) */
-            for (int64_t iy = y1; iy < y1 + g.sh && iy < g.h; iy++)
-                for (int64_t ix = ox ? (x1 - g.sw > x0 ? x1 - g.sw : x0) : x0; ix < x1; ix++)
-                    for (int64_t c0 = 0; c0 < c; c0 += 16)
-                        _mm_prefetch((const char *)(xn + (iy * w + ix) * c + c0), _MM_HINT_T0);
-            const float *xw = xn + (y0 * w + x0) * c;
-            int32_t jr = (int32_t)(tap ? g.kw : w);
-            int32_t j0 = (int32_t)(tap ? (y0 - wy) * g.kw + x0 - wx : y0 * w + x0);
-            float *yp = y + (r * g.ow + ox) * c;
-            void *ip = (char *)idx + (r * g.ow + ox) * c * isz;
-            for (int64_t c0 = 0; c0 < c; c0 += 16 * nch) {
-                if (nch == 4) max_pix_vec4(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
-                else if (nch == 2) max_pix_vec2(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
-                else max_pix_vec1(xw, c, w, y1 - y0, x1 - x0, j0, jr, g.relu, tap, yp, ip, c0);
-            }
-        }
-    }
-}
-
-/* The outputs [*a, *b) along one axis whose windows cover input position i. */
-static void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t on, int64_t *a, int64_t *b)
-{
-    int64_t lo = i + p - k + 1;
-    *a = lo <= 0 ? 0 : (lo + s - 1) / s;
-    *b = (i + p) / s + 1 < on ? (i + p) / s + 1 : on;
-}
-
-/* The gradient of input pixel (iy, ix), channels [c0, c0 + 16 NCH), to gp: the sum over the
- * covering outputs [oya, oyb) x [oxa, oxb) of those whose index is the pixel's, NCH groups of 16
- * channels side by side (the window loops' short, varying trip counts mispredict: once a pixel,
- * not once a group). TAP: uint8 taps (pixel (iy, ix) is tap (iy - wy) kw + ix - wx of the window
- * with corner (wy, wx)), else int64. */
-#define GATHER_VEC(NCH, TAP, sfx)                                                                  \
-    V512 static inline void gather##NCH##_##sfx(const pool_geom *g, const float *gyn, const void *idxn, int64_t iy, \
-                                                int64_t ix, const int64_t *ob, int64_t c0, float *gp)  \
-    {                                                                                              \
-        int64_t c = g->c;                                                                          \
-        __m512 acc[NCH];                                                                           \
-        for (int k = 0; k < NCH; k++) acc[k] = _mm512_setzero_ps();                                \
-        for (int64_t oy = ob[0]; oy < ob[1]; oy++)                                                 \
-            for (int64_t ox = ob[2]; ox < ob[3]; ox++) {                                           \
-                int64_t o = (oy * g->ow + ox) * c + c0;                                            \
-                __m512i j = TAP ? _mm512_set1_epi32((int32_t)((iy - oy * g->sh + g->ph) * g->kw + ix - ox * g->sw + g->pw)) \
-                                : _mm512_set1_epi64(iy * g->w + ix);                               \
-                for (int k = 0; k < NCH; k++) {                                                    \
-                    __mmask16 m;                                                                   \
-                    if (TAP) {                                                                     \
-                        __m128i b = _mm_loadu_si128((const __m128i *)((const uint8_t *)idxn + o + 16 * k)); \
-                        m = _mm512_cmpeq_epi32_mask(_mm512_cvtepu8_epi32(b), j);                   \
-                    } else {                                                                       \
-                        const int64_t *i64 = (const int64_t *)idxn + o + 16 * k;                   \
-                        m = (__mmask16)(_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(i64), j) |      \
-                                        (_mm512_cmpeq_epi64_mask(_mm512_loadu_si512(i64 + 8), j) << 8)); \
-                    }                                                                              \
-                    acc[k] = _mm512_mask_add_ps(acc[k], m, acc[k], _mm512_loadu_ps(gyn + o + 16 * k)); \
-                }                                                                                  \
-            }                                                                                      \
-        for (int k = 0; k < NCH; k++) _mm512_storeu_ps(gp + c0 + 16 * k, acc[k]);                 \
-    }
-
-GATHER_VEC(1, true, tap)
-GATHER_VEC(2, true, tap)
-GATHER_VEC(4, true, tap)
-GATHER_VEC(1, false, i64)
-GATHER_VEC(2, false, i64)
-GATHER_VEC(4, false, i64)
-
-/* cov [2 w]: each input column's covering outputs, made once per call (two divisions a pixel
- * cost as much as the rest of its work). */
-V512 static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const void *idx, bool tap, float *gx, int64_t *cov)
-{
-    int64_t c = g.c, w = g.w, isz = tap ? 1 : (int64_t)sizeof(int64_t);
-    int nch = c % 64 == 0 ? 4 : c % 32 == 0 ? 2 : 1;
-    for (int64_t ix = 0; ix < w; ix++) covering(ix, g.kw, g.sw, g.pw, g.ow, &cov[2 * ix], &cov[2 * ix + 1]);
-    _Pragma("omp parallel for num_threads(nb_cpu_threads_for(g.planes * g.h * g.w, NB_CPU_GRAIN))")
-    for (int64_t r = 0; r < g.n * g.h; r++) {
-        int64_t n = r / g.h, iy = r % g.h, ob[4];
-        covering(iy, g.kh, g.sh, g.ph, g.oh, &ob[0], &ob[1]);
-        const float *gyn = gy + n * g.oh * g.ow * c;
-        const void *idxn = (const char *)idx + n * g.oh * g.ow * c * isz;
-        for (int64_t ix = 0; ix < w; ix++) {
-            ob[2] = cov[2 * ix], ob[3] = cov[2 * ix + 1];
-            float *gp = gx + (r * w + ix) * c;
-            for (int64_t c0 = 0; c0 < c; c0 += 16 * nch) {
-                if (tap && nch == 4) gather4_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
-                else if (tap && nch == 2) gather2_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
-                else if (tap) gather1_tap(&g, gyn, idxn, iy, ix, ob, c0, gp);
-                else if (nch == 4) gather4_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
-                else if (nch == 2) gather2_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
-                else gather1_i64(&g, gyn, idxn, iy, ix, ob, c0, gp);
-            }
-        }
-    }
-}
-
-/* The global average pool of NCHW float32 (adaptive to 1 x 1: each plane's window is all of it)
- * on AVX2: the taps t .. t + 7 of eight planes are loaded as eight vectors and transposed, so
- * that each lane holds one plane and its taps are added in order, as MEAN_FWD and the
- * channels-last kernels add them (the results are the same to the bit); two groups of eight
- * planes side by side keep two chains of adds in flight. [32, 32, 28, 28] at 1 thread on Zen 3:
- * 0.15-0.19 -> 0.08-0.11 ms (PyTorch 0.085-0.10). */
-#define AVX2 __attribute__((target("avx2")))
-AVX2 static inline void add_taps8(__m256 *s, const float *x, int64_t hw)
-{
-    __m256 r[8], t[8], u[8];
-    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(x + k * hw);
-    for (int k = 0; k < 4; k++) {
-        t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-    }
-    for (int k = 0; k < 2; k++) { /* u[4k + i]: taps i and i + 4 of planes 4k .. 4k + 3 */
-        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
-        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xee);
-        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
-        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) *s = _mm256_add_ps(*s, _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
-    for (int i = 0; i < 4; i++) *s = _mm256_add_ps(*s, _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
-}
-
-/* The sums of the eight planes at xa and of the eight at xb (hw taps each) into sa and sb. */
-AVX2 static void global_sums_avx2(const float *xa, const float *xb, int64_t hw, float *sa, float *sb)
-{
-    __m256 a = _mm256_setzero_ps(), b = a;
-    int64_t t = 0;
-    for (; t + 8 <= hw; t += 8) {
-        add_taps8(&a, xa + t, hw);
-        add_taps8(&b, xb + t, hw);
-    }
-    _mm256_storeu_ps(sa, a);
-    _mm256_storeu_ps(sb, b);
-    for (int k = 0; k < 8; k++)
-        for (int64_t j = t; j < hw; j++) sa[k] += xa[k * hw + j], sb[k] += xb[k * hw + j];
-}
-
-static bool global_mean_vec(const pool_geom *g) { return g->oh == 1 && g->ow == 1 && nb_cpu_avx2_fma(); }
-
-static void global_mean_f32(pool_geom g, const float *x, float *y)
-{
-    int64_t hw = g.h * g.w, groups = g.planes / 8, items = (groups + 1) / 2;
-    int nt = nb_cpu_threads_for(g.planes * hw, NB_CPU_GRAIN);
-#pragma omp parallel for num_threads(nt)
-    for (int64_t it = 0; it < items; it++) {
-        float s[16];
-        const float *xa = x + it * 16 * hw;
-        bool two = 2 * it + 1 < groups;
-        global_sums_avx2(xa, two ? xa + 8 * hw : xa, hw, s, s + 8);
-        for (int k = 0; k < (two ? 16 : 8); k++) y[it * 16 + k] = s[k] / (float)hw;
-    }
-    pool_geom rest = g; /* the last planes % 8 */
-    rest.planes = g.planes - groups * 8;
-    if (rest.planes) adapt_fwd_float(rest, x + groups * 8 * hw, y + groups * 8);
-}
-
-#else
-
-static bool global_mean_vec(const pool_geom *g)
-{
-    (void)g;
-    return false;
-}
-static void global_mean_f32(pool_geom g, const float *x, float *y) { (void)g, (void)x, (void)y; }
-
-static bool max_nhwc_vec(const pool_geom *g)
-{
-    (void)g;
-    return false;
-}
-
-static void max_fwd_nhwc_vec(pool_geom g, const float *x, float *y, void *idx, bool tap)
-{
-    (void)g, (void)x, (void)y, (void)idx, (void)tap;
-}
-static void max_bwd_nhwc_vec(pool_geom g, const float *gy, const void *idx, bool tap, float *gx, int64_t *cov)
-{
-    (void)g, (void)gy, (void)idx, (void)tap, (void)gx, (void)cov;
-}
-
-#endif
 
 MAX_PIX_NHWC(float, int32_t)
 MAX_PIX_NHWC(double, int32_t)
@@ -784,8 +519,8 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         g.relu = a->flag;
         bool tap;
         NB_TRY(check_index(op, &g, a->out2, cl, &tap));
-        if (cl && dt == NB_FLOAT32 && max_nhwc_vec(&g)) {
-            max_fwd_nhwc_vec(g, in0, out, nb__data(a->out2), tap);
+        if (cl && dt == NB_FLOAT32 && nb__pool_max_nhwc_vec(&g)) {
+            nb__pool_max_fwd_nhwc_vec(g, in0, out, nb__data(a->out2), tap);
             break;
         }
         if (cl) {
@@ -805,10 +540,10 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         pool_geom g = geom(a->out, a->in[0], a);
         bool tap;
         NB_TRY(check_index(op, &g, a->in[1], cl, &tap));
-        if (cl && dt == NB_FLOAT32 && max_nhwc_vec(&g)) {
+        if (cl && dt == NB_FLOAT32 && nb__pool_max_nhwc_vec(&g)) {
             int64_t *ox = malloc((size_t)(2 * g.w) * sizeof *ox);
             if (!ox) return nb__err(NB_ERR_OOM, "%s: out of memory (%lld column ranges)", nb__op_name(op), (long long)g.w);
-            max_bwd_nhwc_vec(g, in0, idx, tap, out, ox);
+            nb__pool_max_bwd_nhwc_vec(g, in0, idx, tap, out, ox);
             free(ox);
         } else if (cl)
             CALL(max_bwd_nhwc, g, in0, idx, tap, out);
@@ -825,8 +560,17 @@ nb_status nb_cpu_k_pool(nb_op op, const nb_kargs *a)
         break;
     case NB_OP_ADAPTIVE_AVG_POOL2D: {
         pool_geom g = geom(a->in[0], a->out, a);
-        if (cl) CALL(adapt_fwd_nhwc, g, in0, out);
-        else if (dt == NB_FLOAT32 && global_mean_vec(&g)) global_mean_f32(g, in0, out);
+        if (dt == NB_FLOAT32 && nb__pool_global_mean_vec(&g, cl)) {
+            /* the planes (NCHW) or images (channels-last) the vector kernel leaves, as below */
+            int64_t done = nb__pool_global_mean_f32(g, in0, out, cl);
+            pool_geom rest = g;
+            if (cl) rest.n = g.n - done, rest.planes = rest.n * g.c;
+            else rest.planes = g.planes - done;
+            const float *xr = (const float *)in0 + done * (cl ? g.c : 1) * g.h * g.w;
+            float *yr = (float *)out + done * (cl ? g.c : 1);
+            if (rest.planes && cl) adapt_fwd_nhwc_float(rest, xr, yr);
+            else if (rest.planes) adapt_fwd_float(rest, xr, yr);
+        } else if (cl) CALL(adapt_fwd_nhwc, g, in0, out);
         else CALL(adapt_fwd, g, in0, out);
         break;
     }
