@@ -3,7 +3,7 @@
  * double over fixed lanes), or on a channels-last x viewed as a row-major [M = N*H*W, C] matrix
  * (rows split into blocks, each block's per-channel sums in double, the blocks added in order;
  * float32 with C a multiple of 16 on AVX-512 reads the rows in order, each block's sums in float
- * 16 rows at a time, and streams large outputs: see CL_VEC). Both are vectorised and give results
+ * 16 rows at a time, and streams large outputs: see batchnorm_vec.c). Both are vectorised and give results
  * that do not depend on the thread count. BATCH_NORM with i0 set is the running statistics' update
  * (bn_running). i1 set fuses a ReLU into both directions (nb_batch_norm_relu): stats then has two
  * more rows, the forward's coefficients; with a residual r in in[3] (nb_batch_norm_add_relu) the
@@ -17,6 +17,7 @@
 #include <omp.h>
 #endif
 
+#include "cpu/batchnorm_impl.h"
 #include "cpu/cpu_impl.h"
 
 /* Needs `int64_t work` in scope (the _Pragma text is not macro-expanded). */
@@ -350,276 +351,6 @@ BOTH_TYPES(AFFINE_CL, affine_add_cl, SAME, ADD_RES_CL)
 BOTH_TYPES(AFFINE2_CL, affine2_cl, KEEP_ALL)
 BOTH_TYPES(AFFINE2_CL, affine2_relu_cl, KEEP_RELU)
 
-/* ---- channels-last, AVX-512: float32 with C a multiple of 16 (CL_VEC) ------------------------ */
-
-/* The loops above run at 8-20 GB/s on ResNet-50's wide layers (64-2048 channels), where reading
- * alone runs at 25-33 GB/s: they read rows four at a time (four streams, which this machine's
- * prefetchers follow badly) and load and store the double sums every four rows. These read every
- * tensor row after row, the rows' sums in float over CL_VEC_ROWS rows at a time, added into the
- * double sums of the block after each: for 16, 32, 64 or 128 channels they stay in registers, else
- * in a float row on the stack (loaded and stored each row, which still beat splitting the rows
- * between passes over channel groups: 17-20 against 10-12 GB/s at 256 channels). Every input is
- * prefetched CL_VEC_AHEAD bytes ahead, and outputs of CL_VEC_STREAM bytes or more are written
- * with streaming stores (no line is read for ownership first; ResNet-50's batch norms took 1.04
- * s over 3 steps against 1.11-1.21 s at a 16 MB threshold and 1.13-1.32 s without). The plain,
- * ReLU and residual variants share one body, as above, so the fused ops give the plain ones'
- * results bit for bit; the sums differ from the loops above by the float partial sums (relative
- * 1e-7 to 1e-5 on ResNet-50's shapes). */
-
-/* What the sums add: v and v w per element, v = x - ref and w = v (SUMS_DEV, the statistics),
- * or v = g' and w = x - ref, g' = g where it counts (SUMS_GRAD: everywhere; SUMS_RELU: where x fa
- * + fc > 0; SUMS_RES: where (x fa + fc) + res > 0, g' then written to gr). The second passes
- * take the same modes (SUMS_DEV: the plain forward; AFFINE_ADD: the residual added, no ReLU). */
-enum { SUMS_DEV, SUMS_GRAD, SUMS_RELU, SUMS_RES, AFFINE_ADD /* the forward's residual, no ReLU */ };
-
-/* The float operands of one call, as [M, C] rows (ref, fa and fc: per channel). */
-typedef struct cl_vec_in {
-    const float *g, *x, *res, *ref, *fa, *fc;
-    float *gr;
-} cl_vec_in;
-
-#if defined(__x86_64__)
-#define CL_VEC 1
-#include <immintrin.h>
-
-#define V512 __attribute__((target("avx512f")))
-#define VINLINE V512 __attribute__((always_inline)) static inline
-#define CL_VEC_ROWS 16
-#define CL_VEC_MAX 4096
-#define CL_VEC_AHEAD 2048
-#define CL_VEC_STREAM ((int64_t)4 << 20)
-
-/* d[0..16) += v, in double. */
-VINLINE void add_to_double(double *d, __m512 v)
-{
-    __m256 lo = _mm512_castps512_ps256(v);
-    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    _mm512_storeu_pd(d, _mm512_add_pd(_mm512_loadu_pd(d), _mm512_cvtps_pd(lo)));
-    _mm512_storeu_pd(d + 8, _mm512_add_pd(_mm512_loadu_pd(d + 8), _mm512_cvtps_pd(hi)));
-}
-
-/* The fused ReLU's mask at element e (channel j) of x: the forward's value, recomputed as the
- * scalar loops do (product, then sum: no FMA), > 0. */
-VINLINE __mmask16 relu_keep(int mode, const cl_vec_in *in, int64_t e, int64_t j)
-{
-    __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(in->x + e), _mm512_loadu_ps(in->fa + j)),
-                             _mm512_loadu_ps(in->fc + j));
-    if (mode == SUMS_RES) t = _mm512_add_ps(t, _mm512_loadu_ps(in->res + e));
-    return _mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_GT_OQ);
-}
-
-/* v and w of the 16 elements at e (channel j). */
-VINLINE void sum_terms(int mode, const cl_vec_in *in, int64_t e, int64_t j, __m512 *v, __m512 *w)
-{
-    __m512 d = _mm512_sub_ps(_mm512_loadu_ps(in->x + e), _mm512_loadu_ps(in->ref + j));
-    *w = d;
-    if (mode == SUMS_DEV) {
-        *v = d;
-        return;
-    }
-    __m512 g = _mm512_loadu_ps(in->g + e);
-    if (mode != SUMS_GRAD) g = _mm512_maskz_mov_ps(relu_keep(mode, in, e, j), g);
-    if (mode == SUMS_RES) _mm512_storeu_ps(in->gr + e, g);
-    *v = g;
-}
-
-/* Prefetches the inputs CL_VEC_AHEAD bytes ahead of the row at element o, a line each 16 floats. */
-VINLINE void prefetch_row(int mode, const cl_vec_in *in, int64_t o, int64_t c)
-{
-    for (int64_t j = 0; j < c; j += 16) {
-        _mm_prefetch((const char *)(in->x + o + j) + CL_VEC_AHEAD, _MM_HINT_T0);
-        if (mode != SUMS_DEV) _mm_prefetch((const char *)(in->g + o + j) + CL_VEC_AHEAD, _MM_HINT_T0);
-        if (mode == SUMS_RES) _mm_prefetch((const char *)(in->res + o + j) + CL_VEC_AHEAD, _MM_HINT_T0);
-    }
-}
-
-/* s[j] += sum v, q[j] += sum v w over rows [r0, r1) (elements r c + j), C = 16 NCH: the sums in
- * registers. */
-VINLINE void sums_reg(int mode, int nch, const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c, double *s,
-                      double *q)
-{
-    for (int64_t b = r0; b < r1; b += CL_VEC_ROWS) {
-        int64_t e = b + CL_VEC_ROWS < r1 ? b + CL_VEC_ROWS : r1;
-        __m512 vs[8], vq[8];
-        for (int k = 0; k < nch; k++) vs[k] = vq[k] = _mm512_setzero_ps();
-        for (int64_t r = b; r < e; r++) {
-            prefetch_row(mode, in, r * c, c);
-            for (int k = 0; k < nch; k++) {
-                __m512 v, w;
-                sum_terms(mode, in, r * c + 16 * k, 16 * k, &v, &w);
-                vs[k] = _mm512_add_ps(vs[k], v);
-                vq[k] = _mm512_fmadd_ps(v, w, vq[k]);
-            }
-        }
-        for (int k = 0; k < nch; k++) add_to_double(s + 16 * k, vs[k]), add_to_double(q + 16 * k, vq[k]);
-    }
-}
-
-/* As sums_reg, for any C <= CL_VEC_MAX: the float sums in memory. */
-VINLINE void sums_mem(int mode, const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c, double *s, double *q)
-{
-    float fs[CL_VEC_MAX] __attribute__((aligned(64))), fq[CL_VEC_MAX] __attribute__((aligned(64)));
-    for (int64_t b = r0; b < r1; b += CL_VEC_ROWS) {
-        int64_t e = b + CL_VEC_ROWS < r1 ? b + CL_VEC_ROWS : r1;
-        memset(fs, 0, (size_t)c * sizeof(float));
-        memset(fq, 0, (size_t)c * sizeof(float));
-        for (int64_t r = b; r < e; r++) {
-            prefetch_row(mode, in, r * c, c);
-            for (int64_t j = 0; j < c; j += 16) {
-                __m512 v, w;
-                sum_terms(mode, in, r * c + j, j, &v, &w);
-                _mm512_store_ps(fs + j, _mm512_add_ps(_mm512_load_ps(fs + j), v));
-                _mm512_store_ps(fq + j, _mm512_fmadd_ps(v, w, _mm512_load_ps(fq + j)));
-            }
-        }
-        for (int64_t j = 0; j < c; j += 16)
-            add_to_double(s + j, _mm512_load_ps(fs + j)), add_to_double(q + j, _mm512_load_ps(fq + j));
-    }
-}
-
-#define SUMS_MODE(MODE, NAME)                                                                      \
-    V512 static void NAME(const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c, double *s, double *q) \
-    {                                                                                              \
-        switch (c) {                                                                               \
-        case 16: sums_reg(MODE, 1, in, r0, r1, c, s, q); break;                                    \
-        case 32: sums_reg(MODE, 2, in, r0, r1, c, s, q); break;                                    \
-        case 64: sums_reg(MODE, 4, in, r0, r1, c, s, q); break;                                    \
-        case 128: sums_reg(MODE, 8, in, r0, r1, c, s, q); break;                                   \
-        default: sums_mem(MODE, in, r0, r1, c, s, q);                                              \
-        }                                                                                          \
-    }
-SUMS_MODE(SUMS_DEV, vec_sums_dev)
-SUMS_MODE(SUMS_GRAD, vec_sums_grad)
-SUMS_MODE(SUMS_RELU, vec_sums_relu)
-SUMS_MODE(SUMS_RES, vec_sums_res)
-
-/* 16 results to y + e: a streaming store when stream (y + e then 64-byte aligned). */
-VINLINE void put(float *y, int64_t e, __m512 v, bool stream)
-{
-    if (stream) _mm512_stream_ps(y + e, v);
-    else _mm512_storeu_ps(y + e, v);
-}
-
-/* The forward's second pass over rows [r0, r1): y = OUT(ADD(x a + k)) as AFFINE_CL (mode
- * SUMS_DEV plain, SUMS_RELU with the ReLU, SUMS_RES with the residual and the ReLU; max(0, v)
- * keeps a NaN as RELU does). */
-#define AFFINE_MODE(MODE, NAME)                                                                    \
-    V512 static void NAME(const float *x, const float *res, int64_t r0, int64_t r1, int64_t c, const float *a, \
-                          const float *k, float *y, bool stream)                                   \
-    {                                                                                              \
-        (void)res;                                                                                 \
-        const bool add = MODE == SUMS_RES || MODE == AFFINE_ADD, relu = MODE == SUMS_RELU || MODE == SUMS_RES; \
-        for (int64_t r = r0; r < r1; r++)                                                          \
-            for (int64_t j = 0; j < c; j += 16) {                                                  \
-                int64_t e = r * c + j;                                                             \
-                _mm_prefetch((const char *)(x + e) + CL_VEC_AHEAD, _MM_HINT_T0);                   \
-                if (add) _mm_prefetch((const char *)(res + e) + CL_VEC_AHEAD, _MM_HINT_T0);        \
-                __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + e), _mm512_loadu_ps(a + j)), \
-                                         _mm512_loadu_ps(k + j));                                  \
-                if (add) v = _mm512_add_ps(v, _mm512_loadu_ps(res + e));                           \
-                if (relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);                               \
-                put(y, e, v, stream);                                                              \
-            }                                                                                      \
-    }
-AFFINE_MODE(SUMS_DEV, vec_affine)
-AFFINE_MODE(SUMS_RELU, vec_affine_relu)
-AFFINE_MODE(SUMS_RES, vec_affine_res)
-AFFINE_MODE(AFFINE_ADD, vec_affine_add)
-
-/* The backward's second pass: gx = (a g' + b x) + k as AFFINE2_CL, g' = g (SUMS_GRAD) or g where
- * the fused ReLU's value was > 0 (SUMS_RELU). */
-#define AFFINE2_MODE(MODE, NAME)                                                                   \
-    V512 static void NAME(const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c, const float *a, const float *b, \
-                          const float *k, float *y, bool stream)                                   \
-    {                                                                                              \
-        for (int64_t r = r0; r < r1; r++)                                                          \
-            for (int64_t j = 0; j < c; j += 16) {                                                  \
-                int64_t e = r * c + j;                                                             \
-                _mm_prefetch((const char *)(in->x + e) + CL_VEC_AHEAD, _MM_HINT_T0);               \
-                _mm_prefetch((const char *)(in->g + e) + CL_VEC_AHEAD, _MM_HINT_T0);               \
-                __m512 g = _mm512_loadu_ps(in->g + e), xv = _mm512_loadu_ps(in->x + e);            \
-                if (MODE == SUMS_RELU) g = _mm512_maskz_mov_ps(relu_keep(MODE, in, e, j), g);      \
-                __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a + j), g),                 \
-                                         _mm512_mul_ps(_mm512_loadu_ps(b + j), xv));               \
-                put(y, e, _mm512_add_ps(v, _mm512_loadu_ps(k + j)), stream);                       \
-            }                                                                                      \
-    }
-AFFINE2_MODE(SUMS_GRAD, vec_affine2)
-AFFINE2_MODE(SUMS_RELU, vec_affine2_relu)
-
-#endif
-
-/* Whether the vectorised loops take a channels-last call of C channels of tsize bytes. */
-static bool cl_vec(int64_t c, size_t tsize)
-{
-#ifdef CL_VEC
-    return tsize == sizeof(float) && c % 16 == 0 && c <= CL_VEC_MAX && nb_cpu_avx512();
-#else
-    (void)c, (void)tsize;
-    return false;
-#endif
-}
-
-/* Whether an output of M x C floats at y is written with streaming stores. */
-static bool cl_stream(const void *y, int64_t m, int64_t c)
-{
-#ifdef CL_VEC
-    return m * c * (int64_t)sizeof(float) >= CL_VEC_STREAM && (uintptr_t)y % 64 == 0;
-#else
-    (void)y, (void)m, (void)c;
-    return false;
-#endif
-}
-
-/* The passes over rows [r0, r1), when vec (cl_vec) says the vectorised loops take the call;
- * each returns whether it ran. The sums add into s and q; the forward's second pass writes y =
- * OUT(ADD(x a + k)) from x (and res); the backward's, gx = (a g' + b x) + k from in. */
-static bool cl_vec_sums(bool vec, int mode, const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c, double *s,
-                        double *q)
-{
-#ifdef CL_VEC
-    if (!vec) return false;
-    (mode == SUMS_DEV ? vec_sums_dev : mode == SUMS_GRAD ? vec_sums_grad : mode == SUMS_RELU ? vec_sums_relu
-                                                                                              : vec_sums_res)(
-        in, r0, r1, c, s, q);
-    return true;
-#else
-    (void)vec, (void)mode, (void)in, (void)r0, (void)r1, (void)c, (void)s, (void)q;
-    return false;
-#endif
-}
-
-static bool cl_vec_affine(bool vec, int mode, const void *x, const void *res, int64_t r0, int64_t r1, int64_t c,
-                          const void *a, const void *k, void *y, bool stream)
-{
-#ifdef CL_VEC
-    if (!vec) return false;
-    (mode == SUMS_DEV    ? vec_affine
-     : mode == SUMS_RELU ? vec_affine_relu
-     : mode == SUMS_RES  ? vec_affine_res
-                         : vec_affine_add)(x, res, r0, r1, c, a, k, y, stream);
-    if (stream) _mm_sfence();
-    return true;
-#else
-    (void)vec, (void)mode, (void)x, (void)res, (void)r0, (void)r1, (void)c, (void)a, (void)k, (void)y, (void)stream;
-    return false;
-#endif
-}
-
-static bool cl_vec_affine2(bool vec, int mode, const cl_vec_in *in, int64_t r0, int64_t r1, int64_t c,
-                           const void *a, const void *b, const void *k, void *y, bool stream)
-{
-#ifdef CL_VEC
-    if (!vec) return false;
-    (mode == SUMS_RELU ? vec_affine2_relu : vec_affine2)(in, r0, r1, c, a, b, k, y, stream);
-    if (stream) _mm_sfence();
-    return true;
-#else
-    (void)vec, (void)mode, (void)in, (void)r0, (void)r1, (void)c, (void)a, (void)b, (void)k, (void)y, (void)stream;
-    return false;
-#endif
-}
-
 /* Scratch of one channels-last call: the blocks' sums (2 C doubles each), the reference point of
  * the sums (C doubles) and three per-channel coefficient rows of T. */
 typedef struct cl_scratch {
@@ -683,7 +414,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
         cl_scratch sc;                                                                             \
         NB_TRY(cl_scratch_new(NB_OP_BATCH_NORM, nblk, c_count, sizeof(T), &sc));                   \
         T *scale = sc.coef, *shift = scale + c_count;                                              \
-        bool vec = cl_vec(c_count, sizeof(T)), stream = vec && cl_stream(y, m, c_count);           \
+        bool vec = nb__bn_cl_vec(c_count, sizeof(T)), stream = vec && nb__bn_cl_stream(y, m, c_count); \
         cl_vec_in vin = {.x = (const void *)x, .ref = (const void *)x}; /* ref: row 0, as sc.ref */ \
         int mode = r ? (relu ? SUMS_RES : AFFINE_ADD) : relu ? SUMS_RELU : SUMS_DEV;               \
         if (training) {                                                                            \
@@ -693,7 +424,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 int64_t r0, r1;                                                                    \
                 cl_rows(k, nblk, m, &r0, &r1);                                                     \
                 double *s = sc.part + k * 2 * c_count;                                             \
-                if (!cl_vec_sums(vec, SUMS_DEV, &vin, r0, r1, c_count, s, s + c_count))            \
+                if (!nb__bn_cl_vec_sums(vec, SUMS_DEV, &vin, r0, r1, c_count, s, s + c_count))      \
                     dev_sums_cl_##T(x + r0 * c_count, r1 - r0, c_count, sc.ref, s, s + c_count);  \
             }                                                                                      \
             cl_reduce(sc.part, nblk, c_count);                                                     \
@@ -721,7 +452,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             cl_share(nblk, m, &r0, &r1);                                                           \
             for (int64_t hi = r1; hi > r0; hi -= piece) {                                          \
                 int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;                  \
-                if (cl_vec_affine(vec, mode, x, r, lo, hi, c_count, scale, shift, y, stream)) continue; \
+                if (nb__bn_cl_vec_affine(vec, mode, x, r, lo, hi, c_count, scale, shift, y, stream)) continue; \
                 if (r) (relu ? affine_res_cl_##T : affine_add_cl_##T)(x + o, r + o, hi - lo, c_count, scale, shift, y + o); \
                 else (relu ? affine_relu_cl_##T : affine_cl_##T)(x + o, NULL, hi - lo, c_count, scale, shift, y + o); \
             }                                                                                      \
@@ -741,7 +472,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
         NB_TRY(cl_scratch_new(NB_OP_BATCH_NORM_BACKWARD, nblk, c_count, sizeof(T), &sc));          \
         for (int64_t j = 0; j < c_count; j++) sc.ref[j] = aux[j];                                  \
         const T *fa = aux + 3 * c_count, *fc = aux + 4 * c_count; /* read only with relu */        \
-        bool vec = cl_vec(c_count, sizeof(T)), stream = vec && gx && cl_stream(gx, m, c_count);    \
+        bool vec = nb__bn_cl_vec(c_count, sizeof(T)), stream = vec && gx && nb__bn_cl_stream(gx, m, c_count); \
         cl_vec_in vin = {.g = (const void *)g, .x = (const void *)x, .res = (const void *)r,        \
                          .ref = (const void *)aux, .fa = (const void *)fa, .fc = (const void *)fc, .gr = (void *)gr}; \
         int mode = r ? SUMS_RES : relu ? SUMS_RELU : SUMS_GRAD;                                    \
@@ -751,7 +482,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
             cl_rows(k, nblk, m, &r0, &r1);                                                         \
             double *s = sc.part + k * 2 * c_count;                                                 \
             int64_t o = r0 * c_count;                                                              \
-            if (cl_vec_sums(vec, mode, &vin, r0, r1, c_count, s, s + c_count)) continue;          \
+            if (nb__bn_cl_vec_sums(vec, mode, &vin, r0, r1, c_count, s, s + c_count)) continue;     \
             if (r)                                                                                 \
                 grad_sums_res_cl_##T(g + o, x + o, r + o, gr + o, r1 - r0, c_count, sc.ref, fa, fc, s, s + c_count); \
             else if (relu)                                                                         \
@@ -782,7 +513,7 @@ static void cl_reduce(double *part, int64_t nblk, int64_t c)
                 cl_share(nblk, m, &r0, &r1);                                                       \
                 for (int64_t hi = r1; hi > r0; hi -= piece) {                                      \
                     int64_t lo = hi - piece > r0 ? hi - piece : r0, o = lo * c_count;              \
-                    if (cl_vec_affine2(vec, r ? SUMS_GRAD : mode, r ? &vres : &vin, lo, hi, c_count, ta, tb, tc, \
+                    if (nb__bn_cl_vec_affine2(vec, r ? SUMS_GRAD : mode, r ? &vres : &vin, lo, hi, c_count, ta, tb, tc, \
                                        gx, stream))                                                \
                         continue;                                                                  \
                     if (r)                                                                         \
