@@ -373,7 +373,8 @@ static void test_fast_vs_reference(void **state)
         {2, {40, 40000}, 1, {0}},    {3, {3, 50, 5000}, 1, {1}},
         /* up to 64 columns down many rows, summed in registers: one to eight vectors of eight,
          * the last one masked, and an odd number of rows; on AVX2 up to 32 columns, one to eight
-         * vectors of four (one set of accumulators from five), the last one masked */
+         * vectors of four (one set of accumulators from five), the last one masked, and 32
+         * whole columns four rows at a time (999: three rows left over) */
         {2, {1001, 13}, 1, {0}},     {2, {999, 64}, 1, {0}},      {2, {777, 57}, 1, {0}},
         {2, {1003, 65}, 1, {0}},     {3, {3, 501, 8}, 1, {1}},    {2, {1001, 30}, 1, {0}},
         {2, {999, 32}, 1, {0}},      {2, {501, 19}, 1, {0}},      {2, {1000, 2}, 1, {0}},
