@@ -220,14 +220,24 @@ static double fast_run(const fast *c, int64_t off, int64_t n)
                   : run_f64(c->f, (const double *)c->in + off, n, c->shift);
 }
 
-/* Stores the n outputs acc[0 .. n) at element offsets at, at + 1, ... of out, finishing MEAN,
- * NORM(2) and VAR, with the finish chosen once for the row. Per output, GCC vectorised the
- * store with the square root computed for every op and blended away, which was a fifth of a
- * float32 sum over dim 1 of NCHW [32, 32, 28, 28]. */
-/* o = acc / div (the square root of it with root), rounded to T: compiled for each vector width
- * (the loop was SSE2 code, two divisions at a time), and no division when div is 1 (a sum): the
- * sum over dim 0 of an NCHW [32, 32, 28, 28] float32 at 1 thread spent 17% of its time in this
- * loop and the zeroing of its acc (Zen 3). */
+/* The finish of MEAN, NORM(2) and VAR: the divisor (MEAN: the count, VAR: the degrees of freedom,
+ * 0 when none: inf or NaN; else 1) and whether a square root follows. */
+static double finish_div(const fast *c, const rplan *p, bool *root)
+{
+    *root = c->f == F_ADDSQ;
+    if (c->op == NB_OP_MEAN) return (double)p->nred;
+    if (c->op != NB_OP_VAR) return 1;
+    double dof = (double)p->nred - (double)c->correction;
+    *root = c->sqrt;
+    return dof > 0 ? dof : 0;
+}
+
+/* o = acc / div (the square root of it with root), rounded to T, with the finish chosen once for
+ * the row. Per output, GCC vectorised the store with the square root computed for every op and
+ * blended away, which was a fifth of a float32 sum over dim 1 of NCHW [32, 32, 28, 28]. Compiled
+ * for each vector width (the loop was SSE2 code, two divisions at a time), and no division when
+ * div is 1 (a sum): the sum over dim 0 of an NCHW [32, 32, 28, 28] float32 at 1 thread spent 17%
+ * of its time in this loop and the zeroing of its acc (Zen 3). */
 #define STORE_ROW_FN(NAME, T)                                                                    \
     NB_CLONES static void NAME(T *restrict o, const double *restrict acc, int64_t n, double div, bool root) \
     {                                                                                            \
@@ -241,27 +251,24 @@ static double fast_run(const fast *c, int64_t off, int64_t n)
 STORE_ROW_FN(store_row_f32, float)
 STORE_ROW_FN(store_row_f64, double)
 
+/* Stores the n outputs acc[0 .. n) at element offsets at, at + 1, ... of out, finished. */
 static void fast_store_row(const fast *c, const rplan *p, int64_t at, const double *acc, int64_t n)
 {
-    double div = 1; /* MEAN: the count, VAR: the degrees of freedom (0 when none: inf or NaN) */
-    bool root = c->f == F_ADDSQ;
-    if (c->op == NB_OP_MEAN) div = (double)p->nred;
-    else if (c->op == NB_OP_VAR) {
-        double dof = (double)p->nred - (double)c->correction;
-        div = dof > 0 ? dof : 0;
-        root = c->sqrt;
-    }
-    if (n == 1) { /* one output (fast_store): not worth a call through the clones' resolver */
-        double v = root ? sqrt(acc[0] / div) : acc[0] / div;
-        if (c->f32) *((float *)c->out + at) = (float)v;
-        else *((double *)c->out + at) = v;
-        return;
-    }
+    bool root;
+    double div = finish_div(c, p, &root);
     if (c->f32) store_row_f32((float *)c->out + at, acc, n, div, root);
     else store_row_f64((double *)c->out + at, acc, n, div, root);
 }
 
-static void fast_store(const fast *c, const rplan *p, int64_t at, double v) { fast_store_row(c, p, at, &v, 1); }
+/* One output, finished: inline, not a call through the clones' resolver per output. */
+static void fast_store(const fast *c, const rplan *p, int64_t at, double v)
+{
+    bool root;
+    double div = finish_div(c, p, &root);
+    v = root ? sqrt(v / div) : v / div;
+    if (c->f32) *((float *)c->out + at) = (float)v;
+    else *((double *)c->out + at) = v;
+}
 
 /* Walks the outputs [o0, o1) in row-major order of the kept dims with wi.off, wo.off and w2.off
  * their offsets in the input, out and out2: one division per range instead of one per output
@@ -476,7 +483,7 @@ static nb_status outer_mode(const fast *c, const rplan *p)
                 m.f = F_SQDEV;
                 m.shifts = mean;
             }
-            if (init == 0 && !signbit(init)) memset(acc, 0, (size_t)cw * sizeof *acc);
+            if (init == 0) memset(acc, 0, (size_t)cw * sizeof *acc); /* a sum's identity, +0 */
             else
                 for (int64_t j = 0; j < cw; j++) acc[j] = init;
             outer_block(&m, p, ko, c0, cw, 0, p->nred, acc);

@@ -357,9 +357,9 @@ AVX2 static void rows_add_f32_avx2(double *acc, const float *const *rows, int nr
  * the rows, the last one's 1 to 4 columns moved under a mask. Named accumulators, not arrays
  * (GCC kept arrays on the stack, storing them every row, and zeroed them with rep stos): a0..a7,
  * those past NV dead code. Two rows are added in float32 before each conversion to double (four
- * for 32 columns). Up to
- * four vectors, alternate pairs of rows go into a second set (b0..b3); from five the NV chains
- * are independent enough alone, and two sets would not fit AVX2's 16 registers. */
+ * for 32 whole columns). Up to four vectors, alternate pairs of rows go into a second set
+ * (b0..b3); from five the NV chains are independent enough alone, and two sets would not fit
+ * AVX2's 16 registers. */
 #define NLD(q, k) ((k) < NVEC - 1 || FULL ? _mm_loadu_ps((q) + 4 * (k)) : _mm_maskload_ps((q) + 4 * (k), m4))
 #define NADD(acc, q, k)                                                                          \
     if ((k) < NVEC) acc = _mm256_add_pd(acc, _mm256_cvtps_pd(NLD(q, k)))
