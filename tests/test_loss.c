@@ -514,43 +514,108 @@ static void test_dropout_identity(void **state)
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
+/* float32 cross entropy along rows of W = 1, 3, 8, 13 and 37 classes (all tail, whole vectors,
+ * both), forward (reduction none) and gradient (sum: the forward's probabilities), against the
+ * same computed here in double: rows of finite logits, with -inf entries (probability exactly 0),
+ * with a NaN, with +inf among finite values, and of -inf alone, the last three NaN throughout as in
+ * PyTorch (its log_softmax gives NaN there: inf - inf and -inf + inf). */
+static void test_ce_rows_nonfinite(void **state)
+{
+    (void)state;
+    enum { K = 10, WMAX = 37 };
+    const int64_t widths[] = {1, 3, 8, 13, 37};
+    for (int wi = 0; wi < 5; wi++) {
+        int64_t W = widths[wi], tv[K];
+        float x[K][WMAX];
+        double want[K], gwant[K][WMAX];
+        for (int r = 0; r < K; r++) {
+            for (int c = 0; c < W; c++) x[r][c] = (float)(round(sin(0.9 * c + 1.3 * r) * 6 * 256) / 256);
+            int kind = r % 5; /* 0 finite, 1 -inf entries, 2 a NaN, 3 +inf, 4 all -inf */
+            tv[r] = (r * 5) % W;
+            if (kind == 1)
+                for (int c = 1; c < W; c += 3) x[r][c] = c == tv[r] ? x[r][c] : -INFINITY;
+            if (kind == 2) x[r][(r * 3) % W] = NAN;
+            if (kind == 3) x[r][(r * 7) % W] = INFINITY;
+            for (int c = 0; kind == 4 && c < W; c++) x[r][c] = -INFINITY;
+            double m = -INFINITY, sum = 0;
+            for (int c = 0; c < W; c++) m = x[r][c] > m ? x[r][c] : m;
+            for (int c = 0; c < W; c++) sum += exp((double)x[r][c] - m);
+            bool nan = kind >= 2;
+            want[r] = nan ? NAN : m + log(sum) - x[r][tv[r]];
+            for (int c = 0; c < W; c++)
+                gwant[r][c] = nan ? NAN : exp((double)x[r][c] - m) / sum - (c == tv[r] ? 1 : 0);
+        }
+        nb_scope *s = nb_scope_begin();
+        float xs[K * WMAX];
+        double gw[K * WMAX];
+        for (int r = 0; r < K; r++)
+            for (int c = 0; c < W; c++) xs[r * W + c] = x[r][c], gw[r * W + c] = gwant[r][c];
+        int64_t sh[2] = {K, W}, nk = K;
+        nb_tensor *xt = from(xs, sh, 2, NB_FLOAT32), *t = from(tv, &nk, 1, NB_INT64);
+        nb_cross_entropy_params cp = nb_cross_entropy_params_default();
+        cp.reduction = NB_REDUCE_NONE;
+        char what[80];
+        snprintf(what, sizeof what, "float32 cross entropy of %lld classes, row losses", (long long)W);
+        nbt_assert_close(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_cross_entropy(xt, t, &cp)), NB_FLOAT64)),
+                         from(want, &nk, 1, NB_FLOAT64), 1e-6, 1e-6, what);
+        cp.reduction = NB_REDUCE_SUM;
+        nb_tensor *leaf = nbt_leaf(xt);
+        NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(leaf, t, &cp)), NULL, NB_BACKWARD_DEFAULT));
+        snprintf(what, sizeof what, "float32 cross entropy of %lld classes, gradient", (long long)W);
+        nbt_assert_close(NBT_CHECK(nb_to_dtype(NBT_CHECK(nb_tensor_grad(leaf)), NB_FLOAT64)), from(gw, sh, 2, NB_FLOAT64),
+                         1e-6, 1e-7, what);
+        /* -inf logits: probability exactly 0 */
+        const float *g = nb_tensor_data_ptr(NBT_CHECK(nb_tensor_grad(leaf)));
+        for (int c = 1; W > 1 && c < W; c += 3)
+            if (c != tv[1]) assert_true(g[1 * W + c] == 0.0f);
+        nb_scope_end(s);
+    }
+}
+
 /* Cross entropy over logits larger than the last-level cache (32 MiB here): the row losses against
- * float64's (rtol 1e-6: the float32 losses are rounded to float, each near 13). The backward writes
- * their gradient with streaming stores (src/cpu/ops/softmax.c), each row of 10007 values starting
- * at another alignment; bit for bit the gradient of the same rows taken 100 at a time (outputs
- * small enough for plain stores), with targets in a row's first lanes, its middle and its last
- * value, and an ignored row. Sum reduction: each row's gradient is then its own. */
+ * float64's (rtol 1e-6: the float32 losses are rounded to float, each near 13). Their gradient is
+ * written with streaming stores (src/cpu/ops/softmax.c, softmax_avx2.c), each row of 10007 values
+ * starting at another alignment: by the backward when a target is ignored, else as the forward's
+ * probabilities. Either way it is bit for bit the gradient of the same rows taken 100 at a time
+ * (outputs small enough for plain stores), with targets in a row's first lanes, its middle and its
+ * last value; in the first round every 100 rows have an ignored target, in the second none does.
+ * Sum reduction: each row's gradient is then its own. */
 static void test_large_backward_streams(void **state)
 {
+    (void)state;
     nb_scope *s = nb_scope_begin();
     int64_t rows = 1000, cols = 10007, chunk = 100;
     nb_tensor_params p = nb_tensor_params_default();
     nb_tensor *x0 = NBT_CHECK(nb_mul_scalar(nb_randn((int64_t[]){rows, cols}, 2, &p), 3));
     int64_t *tv = malloc((size_t)rows * sizeof *tv);
     assert_non_null(tv);
-    for (int64_t r = 0; r < rows; r++) tv[r] = (r * 7919) % cols;
-    tv[1] = 0, tv[2] = 3, tv[3] = cols - 1, tv[4] = cols - 5, tv[5] = -100;
     p.dtype = NB_INT64;
-    nb_tensor *t = NBT_CHECK(nb_tensor_from_data(tv, (int64_t[]){rows}, 1, &p));
-    free(tv);
-    nb_cross_entropy_params cp = nb_cross_entropy_params_default();
-    /* the float32 row losses (the AVX-512 log-sum-exp, in blocks) against the float64 loop's on the
-     * same values */
-    cp.reduction = NB_REDUCE_NONE;
-    nbt_assert_close(NBT_CHECK(nb_cross_entropy(x0, t, &cp)),
-                     NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_to_dtype(x0, NB_FLOAT64)), t, &cp)), 1e-6, 1e-6,
-                     "large cross entropy's row losses");
-    cp.reduction = NB_REDUCE_SUM;
-    nb_tensor *x = nbt_leaf(x0);
-    NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(x, t, &cp)), NULL, NB_BACKWARD_DEFAULT));
-    nb_tensor *gx = NBT_CHECK(nb_tensor_grad(x));
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        nb_tensor *xc = nbt_leaf(NBT_CHECK(nb_narrow(x0, 0, r0, chunk)));
-        NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(xc, NBT_CHECK(nb_narrow(t, 0, r0, chunk)), &cp)), NULL,
-                           NB_BACKWARD_DEFAULT));
-        nbt_assert_close(NBT_CHECK(nb_narrow(gx, 0, r0, chunk)), NBT_CHECK(nb_tensor_grad(xc)), 0, 0,
-                         "large cross entropy gradient, row by row");
+    for (int ignored = 1; ignored >= 0; ignored--) {
+        for (int64_t r = 0; r < rows; r++) tv[r] = (r * 7919) % cols;
+        tv[1] = 0, tv[2] = 3, tv[3] = cols - 1, tv[4] = cols - 5;
+        for (int64_t r0 = 0; ignored && r0 < rows; r0 += chunk) tv[r0 + 5] = -100;
+        nb_tensor *t = NBT_CHECK(nb_tensor_from_data(tv, (int64_t[]){rows}, 1, &p));
+        nb_cross_entropy_params cp = nb_cross_entropy_params_default();
+        /* the float32 row losses (the vector log-sum-exp, in blocks) against the float64 loop's on
+         * the same values */
+        cp.reduction = NB_REDUCE_NONE;
+        nbt_assert_close(NBT_CHECK(nb_cross_entropy(x0, t, &cp)),
+                         NBT_CHECK(nb_cross_entropy(NBT_CHECK(nb_to_dtype(x0, NB_FLOAT64)), t, &cp)), 1e-6, 1e-6,
+                         "large cross entropy's row losses");
+        cp.reduction = NB_REDUCE_SUM;
+        nb_tensor *x = nbt_leaf(x0);
+        NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(x, t, &cp)), NULL, NB_BACKWARD_DEFAULT));
+        nb_tensor *gx = NBT_CHECK(nb_tensor_grad(x));
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            nb_tensor *xc = nbt_leaf(NBT_CHECK(nb_narrow(x0, 0, r0, chunk)));
+            NBT_OK(nb_backward(NBT_CHECK(nb_cross_entropy(xc, NBT_CHECK(nb_narrow(t, 0, r0, chunk)), &cp)), NULL,
+                               NB_BACKWARD_DEFAULT));
+            nbt_assert_close(NBT_CHECK(nb_narrow(gx, 0, r0, chunk)), NBT_CHECK(nb_tensor_grad(xc)), 0, 0,
+                             ignored ? "large cross entropy gradient (ignored targets), row by row"
+                                     : "large cross entropy gradient (the forward's probabilities), row by row");
+        }
     }
+    free(tv);
     nb_scope_end(s);
 }
 
@@ -810,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_large_backward_streams),
         cmocka_unit_test(test_linear_bias_ahead),
         cmocka_unit_test(test_ce_probabilities),
+        cmocka_unit_test(test_ce_rows_nonfinite),
         cmocka_unit_test_teardown(test_device_targets, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_all_ignored, device_targets_off),
         cmocka_unit_test_teardown(test_device_targets_large_ignore, device_targets_off),

@@ -32,7 +32,10 @@
  *                           onehot(t) g; when out is q's own first N rows (in place), every g must
  *                           be s0, only the targets' entries change, and out2 is q's row N (i1 = 1)
  *                           less s0 times each class's count: no pass over the rows at all
- * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). */
+ * (all contiguous; float32 rows with AVX-512 or the portable loops, float64 in double). Without
+ * AVX-512 but with AVX2 and FMA, cross entropy's forward over float32 rows takes softmax_avx2.c's
+ * rows instead: one exp per logit, its exponentials waiting in a scratch row per thread for their
+ * sum and then scaled into q (so q differs from the backward's exp(x - lse) g by rounding). */
 #include <math.h>
 #include <string.h>
 
@@ -43,6 +46,7 @@
 #include "cpu/cpu_impl.h"
 #include "cpu/ops/exp512_impl.h"
 #include "cpu/ops/unary_math_impl.h"
+#include "cpu/softmax_impl.h"
 
 /* The lines of up to three operands (0 = out, 1.. = inputs): the other dims' shape and strides,
  * the length D along dim and each operand's stride along it (all in elements). */
@@ -602,7 +606,7 @@ static nb_status ce_check(nb_op op, const nb_kargs *a, int64_t *N, int64_t *C)
  * and with sums, the sums of o's columns. g is the upstream gradient [N] (backward only). */
 typedef struct ce_pass {
     int64_t N, C;
-    bool f32, vec, stream, probs;
+    bool f32, vec, avx2, stream, probs;
     const char *x, *g;
     const int64_t *t;
     char *lse, *loss, *o, *sums;
@@ -624,6 +628,16 @@ static void ce_lse_row(const ce_pass *p, int64_t n)
 #endif
     if (p->f32) ((float *)p->lse)[n] = (float)lse, ((float *)p->loss)[n] = (float)(lse - xt);
     else ((double *)p->lse)[n] = lse, ((double *)p->loss)[n] = lse - xt;
+}
+
+/* The forward's row n with AVX2 (avx2: float32, no AVX-512): its logsumexp and loss, and with o
+ * its probabilities (their exponentials waiting in e, C floats) added into acc when not NULL. */
+static void ce_fwd_row_avx2(const ce_pass *p, int64_t n, float *e, float *acc)
+{
+    const float *x = (const float *)p->x + n * p->C, *next = x + (n + 1 < p->N ? p->C : 0);
+    double lse = p->o ? nb__ce_probs_avx2(x, p->C, next, e, (float *)p->o + n * p->C, p->scale, p->stream, acc)
+                      : nb__ce_lse_avx2(x, p->C, next);
+    ((float *)p->lse)[n] = (float)lse, ((float *)p->loss)[n] = (float)(lse - x[p->t[n]]);
 }
 
 /* o = q f - onehot(t) g over a float32 row of the forward's probabilities q (f = g / scale), and
@@ -691,8 +705,20 @@ static nb_status ce_run(const ce_pass *p, nb_op op)
 {
     int64_t N = p->N, C = p->C;
     int nt = nb_cpu_threads_for(N * C, 0);
+    bool avx2_fwd = p->avx2 && p->loss;
+    size_t scratch_bytes = avx2_fwd && p->o ? (size_t)nt * (size_t)C * sizeof(float) : 0;
+    float *scratch = scratch_bytes ? nb_cpu_alloc(scratch_bytes) : NULL;
+    if (scratch_bytes && !scratch)
+        return nb__err(NB_ERR_OOM, "%s: out of host memory for %d threads' rows of %lld exponentials (%zu bytes)",
+                       nb__op_name(op), nt, (long long)C, scratch_bytes);
     nb_cpu_colsums cs = {0};
-    if (p->sums) NB_TRY(nb_cpu_colsums_init(&cs, nt, C, p->f32, nb__op_name(op)));
+    if (p->sums) {
+        nb_status st = nb_cpu_colsums_init(&cs, nt, C, p->f32, nb__op_name(op));
+        if (st != NB_OK) {
+            if (scratch) nb_cpu_free(scratch, scratch_bytes);
+            return st;
+        }
+    }
     int rows_at_once = p->vec && !p->probs && C % 16 == 0 ? CE_ROWS_MAX : 1;
 #pragma omp parallel num_threads(nt)
     {
@@ -701,18 +727,24 @@ static nb_status ce_run(const ce_pass *p, nb_op op)
         size_t id = (size_t)nb_cpu_thread_num();
         double *da = cs.d ? cs.d + id * (size_t)C : NULL;
         float *fa = cs.f ? cs.f + id * (size_t)C : NULL;
+        float *e = scratch ? scratch + id * (size_t)C : NULL;
         for (int64_t n = n0; n < n1;) {
             int64_t left = n1 - n, block = CE_SUM_BLOCK - (n - n0) % CE_SUM_BLOCK;
             int R = rows_at_once < left ? rows_at_once : (int)left;
             if (R > block) R = (int)block;
-            for (int r = 0; p->loss && r < R; r++) ce_lse_row(p, n + r);
-            if (p->o) ce_out_rows(p, n, R, p->f32 ? (void *)fa : (void *)da);
+            if (avx2_fwd) {
+                for (int r = 0; r < R; r++) ce_fwd_row_avx2(p, n + r, e, fa);
+            } else {
+                for (int r = 0; p->loss && r < R; r++) ce_lse_row(p, n + r);
+                if (p->o) ce_out_rows(p, n, R, p->f32 ? (void *)fa : (void *)da);
+            }
             n += R;
             if (fa && ((n - n0) % CE_SUM_BLOCK == 0 || n == n1))
                 for (int64_t c = 0; c < C; c++) da[c] += fa[c], fa[c] = 0;
         }
     }
     if (p->sums) nb_cpu_colsums_finish(&cs, p->sums, p->f32);
+    if (scratch) nb_cpu_free(scratch, scratch_bytes);
     return NB_OK;
 }
 
@@ -756,7 +788,8 @@ static nb_status cross_entropy(nb_op op, const nb_kargs *a)
     if (sums && (sums->dtype != a->out->dtype || nb_tensor_numel(sums) != C || !nb__is_contiguous(sums)))
         return nb__err(NB_ERR_INTERNAL, "cross_entropy_backward: bad column sums");
     if (!fwd && a->flag && nb__data(a->out) == nb__data(a->in[0])) return ce_backward_in_place(a, N, C);
-    ce_pass p = {.N = N, .C = C, .f32 = f32, .vec = f32 && nb_cpu_avx512(), .probs = !fwd && a->flag,
+    ce_pass p = {.N = N, .C = C, .f32 = f32, .vec = f32 && nb_cpu_avx512(),
+                 .avx2 = f32 && !nb_cpu_avx512() && nb_cpu_avx2_fma(), .probs = !fwd && a->flag,
                  .x = nb__data(a->in[0]), .t = (const int64_t *)nb__data(a->in[fwd ? 1 : 2]), .scale = a->s0};
     if (fwd) {
         p.lse = nb__data(a->out2), p.loss = nb__data(a->out);
