@@ -1,5 +1,5 @@
-/* nabla_micro: the core micro-benchmark (sgemm, add, mul, sum, softmax, NCHW -> channels-last
- * copies on float32, CPU).
+/* nabla_micro: the core micro-benchmark (sgemm, add, mul, sum, softmax, cross entropy, NCHW ->
+ * channels-last copies on float32, CPU).
  *
  * Each case is warmed up, then timed over at least --min-reps runs (clock_gettime MONOTONIC, one
  * nb_scope per run so the result is released inside the timed loop, as a PyTorch loop frees it);
@@ -13,7 +13,10 @@
  * clean figure from a disturbed one.
  * Rates: sgemm GFLOP/s (2 n^3 per run), linear GFLOP/s (2 M N K); add/mul GB/s (3 arrays x 4 bytes x n); sum GB/s (input
  * plus output bytes); softmax and to_channels_last (nb_contiguous_format of an NCHW tensor, as
- * PyTorch's x.contiguous(memory_format=torch.channels_last)) GB/s (read + write, 2 x 4 bytes x n). A case whose op fails prints
+ * PyTorch's x.contiguous(memory_format=torch.channels_last)) GB/s (read + write, 2 x 4 bytes x n);
+ * cross_entropy (the forward, mean reduction, of logits [N, C] that require grad, against N
+ * random targets, as a training step's loss: each side also writes what its backward keeps, nabla
+ * the probabilities and PyTorch log_softmax's output) GB/s (read + write, 2 x 4 bytes x N C). A case whose op fails prints
  * "nan" and the error on a '#' line, so a partial library still gives a table.
  */
 #define _GNU_SOURCE
@@ -25,7 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nabla/autograd.h"
 #include "nabla/core.h"
+#include "nabla/loss.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 #include "bench_util.h"
@@ -34,7 +39,7 @@
 extern char *openblas_get_config(void) __attribute__((weak));
 extern char *openblas_get_corename(void) __attribute__((weak));
 
-typedef enum { OP_MM, OP_LINEAR, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX, OP_TO_CL } op_kind;
+typedef enum { OP_MM, OP_LINEAR, OP_ADD, OP_MUL, OP_SUM_ALL, OP_SUM_LAST, OP_SOFTMAX, OP_CE, OP_TO_CL } op_kind;
 
 typedef struct bench_case {
     op_kind kind;
@@ -65,6 +70,7 @@ static const bench_case CASES[] = {
     {OP_SUM_LAST, "sum_lastdim", "4096x4096", {4096, 4096}, 2},
     {OP_SOFTMAX, "softmax", "4096x4096", {4096, 4096}, 2},
     {OP_SOFTMAX, "softmax", "65536x128", {65536, 128}, 2},
+    {OP_CE, "cross_entropy", "4096x10000", {4096, 10000}, 2},
     {OP_TO_CL, "to_channels_last", "1024x3x32x32", {1024, 3, 32, 32}, 4},
     {OP_TO_CL, "to_channels_last", "16x3x224x224", {16, 3, 224, 224}, 4},
     {OP_TO_CL, "to_channels_last", "16x64x56x56", {16, 64, 56, 56}, 4},
@@ -111,6 +117,7 @@ static nb_tensor *run_op(const bench_case *c, nb_tensor *a, nb_tensor *b) {
     case OP_SUM_ALL: return nb_sum(a, NULL, 0, false);
     case OP_SUM_LAST: return nb_sum(a, last, 1, false);
     case OP_SOFTMAX: return nb_softmax(a, -1);
+    case OP_CE: return nb_cross_entropy(a, b, NULL);
     case OP_TO_CL: return nb_contiguous_format(a, NB_CHANNELS_LAST);
     }
     return NULL;
@@ -128,6 +135,7 @@ static double work_per_run(const bench_case *c) {
     case OP_SUM_ALL: return 4.0 * n + 4.0;
     case OP_SUM_LAST: return 4.0 * n + 4.0 * (double)c->shape[0];
     case OP_SOFTMAX:
+    case OP_CE:
     case OP_TO_CL: return 2.0 * 4.0 * n;
     }
     return 0.0;
@@ -157,6 +165,11 @@ static int bench_one(const bench_case *c, const options *o) {
     nb_tensor *b = lin   ? nb_rand((int64_t[]){c->shape[1], c->shape[2]}, 2, NULL)
                    : two ? nb_rand(c->shape, c->ndim, NULL)
                          : NULL;
+    if (c->kind == OP_CE) {
+        b = nb_randint(0, c->shape[1], c->shape, 1, NULL);
+        if (a && nb_tensor_set_requires_grad(a, true) != NB_OK) a = NULL;
+        two = true;
+    }
     int ok = a && (b || !two);
     double *t = NULL;
     int reps = 0;
@@ -213,7 +226,8 @@ static int op_selected(const char *ops, const char *op) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nabla_micro [--threads N] [--ops sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,to_channels_last]\n"
+            "usage: nabla_micro [--threads N]\n"
+            "                   [--ops sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,cross_entropy,to_channels_last]\n"
             "                   [--min-reps N] [--max-reps N] [--target-s S] [--warmup-s S]\n"
             "Prints impl,op,size,threads,unit,median,min,max,reps,other_cpu per case (bench/micro.c).\n");
 }

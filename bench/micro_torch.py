@@ -37,6 +37,7 @@ CASES = [
     ("sum_lastdim", "4096x4096", (4096, 4096), "sum_last"),
     ("softmax", "4096x4096", (4096, 4096), "softmax"),
     ("softmax", "65536x128", (65536, 128), "softmax"),
+    ("cross_entropy", "4096x10000", (4096, 10000), "ce"),
     ("to_channels_last", "1024x3x32x32", (1024, 3, 32, 32), "to_cl"),
     ("to_channels_last", "16x3x224x224", (16, 3, 224, 224), "to_cl"),
     ("to_channels_last", "16x64x56x56", (16, 64, 56, 56), "to_cl"),
@@ -50,6 +51,7 @@ OPS = {
     "sum_all": lambda a, b: torch.sum(a),
     "sum_last": lambda a, b: torch.sum(a, dim=-1),
     "softmax": lambda a, b: torch.softmax(a, dim=-1),
+    "ce": lambda a, b: torch.nn.functional.cross_entropy(a, b),
     "to_cl": lambda a, b: a.contiguous(memory_format=torch.channels_last),
 }
 
@@ -86,7 +88,7 @@ def work_per_run(shape, kind):
         return 4.0 * n + 4.0
     if kind == "sum_last":
         return 4.0 * n + 4.0 * shape[0]
-    return 2.0 * 4.0 * n  # softmax, to_cl: read + write
+    return 2.0 * 4.0 * n  # softmax, ce, to_cl: read + write
 
 
 def time_once(fn, a, b):
@@ -101,6 +103,9 @@ def bench_one(op, size, shape, kind, args):
     if kind == "linear":  # shape (M, N, K): x [M, K], W [N, K]
         a = torch.rand((shape[0], shape[2]), dtype=torch.float32)
         b = torch.rand((shape[1], shape[2]), dtype=torch.float32)
+    elif kind == "ce":  # logits [N, C] that require grad, N targets (micro.c's OP_CE)
+        a = torch.rand(shape, dtype=torch.float32, requires_grad=True)
+        b = torch.randint(0, shape[1], (shape[0],))
     else:
         a = torch.rand(shape, dtype=torch.float32)
         b = torch.rand(shape, dtype=torch.float32) if kind in ("mm", "add", "mul") else None
@@ -135,7 +140,7 @@ def blas_info():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--ops", default=None, help="comma-separated: sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,to_channels_last")
+    p.add_argument("--ops", default=None, help="comma-separated: sgemm,linear,add,mul,sum_all,sum_lastdim,softmax,cross_entropy,to_channels_last")
     p.add_argument("--min-reps", type=int, default=10)
     p.add_argument("--max-reps", type=int, default=200)
     p.add_argument("--target-s", type=float, default=0.5)
