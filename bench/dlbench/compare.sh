@@ -4,11 +4,16 @@
 #
 # Builds the Release `nabla` (in its own build dir), makes sure .venv-bench has PyPI's PyTorch
 # (scripts/bench-env.sh), measures the machine's sgemm peak at each thread count (nabla's and
-# PyTorch's 2048^3 matmul; the peak is the faster of the two), then for each network and thread
+# PyTorch's 2048^3 matmul, before the networks and again after them; the peak is the fastest of the
+# four, since a shared host can be slow at either end) and its FMA ceiling (as many copies of
+# bench/fma_peak.c's probe at once as threads: the float32 FMA rate of that many cores, which no
+# product exceeds), then for each network and thread
 # count runs `nabla bench` and bench/dlbench/torch_bench.py one after the other, alternating
 # (nabla, PyTorch, nabla, PyTorch... so load drifts hit both), each in a fresh process. Prints a
 # markdown table: per network x threads, the median seconds per mini-batch of each, the ratio
-# PyTorch/nabla (> 1: nabla faster), GFLOP/s and the fraction of the sgemm peak. The raw JSON lines
+# PyTorch/nabla (> 1: nabla faster), GFLOP/s and the fractions of the sgemm peak and of the FMA
+# ceiling (GFLOP/s count 3 x DLBENCH.md's forward FLOPs, so a network whose first layer needs no
+# input gradient, or one on Winograd's fewer multiplications, can pass 100%). The raw JSON lines
 # go to the results directory (nabla.jsonl, torch.jsonl, peak.jsonl, env.txt, summary.md), which
 # bench/dlbench/plot.py turns into a chart.
 #
@@ -110,7 +115,9 @@ if [ "$build" -eq 1 ]; then
   fi
   [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   log "building nabla (Release) in $build_dir"
-  if ! cmake --build "$build_dir" --target nabla_cli >"$build_dir/compare-build.log" 2>&1; then
+  targets=(nabla_cli)
+  grep -q '^NABLA_BUILD_BENCH:BOOL=ON$' "$build_dir/CMakeCache.txt" && targets+=(nabla_fma_peak)
+  if ! cmake --build "$build_dir" --target "${targets[@]}" >"$build_dir/compare-build.log" 2>&1; then
     grep -E 'error|FAILED' "$build_dir/compare-build.log" | head -20 >&2
     log "the build failed (log: $build_dir/compare-build.log)"; exit 1
   fi
@@ -166,20 +173,40 @@ pair() { # model threads outfile-suffix
 }
 IFS=, read -r -a tlist <<<"$threads"
 IFS=, read -r -a mlist <<<"$models"
-if [ "$peak" -eq 1 ]; then
+sgemm_peak() { # when (before|after): each side's 2048^3 matmul at each thread count, into peak.jsonl
+  local t
   for t in "${tlist[@]}"; do
-    log "sgemm peak, $t thread(s)"
-    run_env "$t" "$nabla" bench --model sgemm --threads "$t" --iters 5 --warmup 1 --format json \
-      >>"$results/peak.jsonl" || status=1
-    run_env "$t" "$py" "$here/torch_bench.py" --model sgemm --threads "$t" --iters 5 --warmup 1 --format json \
-      >>"$results/peak.jsonl" || status=1
+    log "sgemm peak, $t thread(s), $1 the networks"
+    run_env "$t" "$nabla" bench --model sgemm --threads "$t" --iters 5 --warmup 1 --format json |
+      sed "s/^{/{\"when\": \"$1\", /" >>"$results/peak.jsonl" || status=1
+    run_env "$t" "$py" "$here/torch_bench.py" --model sgemm --threads "$t" --iters 5 --warmup 1 --format json |
+      sed "s/^{/{\"when\": \"$1\", /" >>"$results/peak.jsonl" || status=1
   done
+}
+fma_ceiling() { # at each thread count t, t copies of the FMA probe at once; the sum of their best rates
+  local fma="$build_dir/bench/nabla_fma_peak" t i dir gf
+  [ -x "$fma" ] || { log "no $fma (NABLA_BUILD_BENCH off?): no FMA ceiling"; return 0; }
+  for t in "${tlist[@]}"; do
+    log "FMA ceiling, $t core(s)"
+    dir=$(mktemp -d)
+    for ((i = 0; i < t; i++)); do "$fma" >"$dir/$i" & done
+    wait
+    gf=$(awk '/^fma / { if ($4 > b[FILENAME]) b[FILENAME] = $4 } END { for (f in b) s += b[f]; printf "%.1f", s }' "$dir"/*)
+    rm -r "$dir"
+    echo "{\"impl\": \"fma\", \"model\": \"fma_peak\", \"threads\": $t, \"copies\": $t, \"gflops\": $gf}" \
+      >>"$results/peak.jsonl"
+  done
+}
+if [ "$peak" -eq 1 ]; then
+  fma_ceiling
+  sgemm_peak before
 fi
 for ((r = 1; r <= rounds; r++)); do
   for m in "${mlist[@]}"; do
     for t in "${tlist[@]}"; do pair "$m" "$t"; done
   done
 done
+[ "$peak" -eq 1 ] && sgemm_peak after
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results/env.txt"
 
 "$py" - "$results" <<'PY' | tee "$results/summary.md"
@@ -201,15 +228,16 @@ def best(rows):  # per (model, threads): the row with the lowest median (errors 
                             (out[k].get("median_s") is None or r["median_s"] < out[k]["median_s"])):
             out[k] = r
     return out
-nb, pt, peak = best(load("nabla.jsonl")), best(load("torch.jsonl")), {}
-for r in load("peak.jsonl"):
+nb, pt, peak, fma = best(load("nabla.jsonl")), best(load("torch.jsonl")), {}, {}
+for r in load("peak.jsonl"):  # the sgemm peak: the fastest median of both sides, before and after
+    into = fma if r.get("impl") == "fma" else peak
     if r.get("gflops"):
-        peak[r["threads"]] = max(peak.get(r["threads"], 0), r["gflops"])
+        into[r["threads"]] = max(into.get(r["threads"], 0), r["gflops"])
 env = open(os.path.join(d, "env.txt")).read().splitlines()
 print("<!-- " + " | ".join(env) + " -->")
 print("| network | threads | nabla s/batch | PyTorch s/batch | PyTorch/nabla | nabla GFLOP/s | PyTorch GFLOP/s "
-      "| nabla % peak | PyTorch % peak |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| nabla % peak | PyTorch % peak | % FMA ceiling (nabla / PyTorch) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 keys = list(dict.fromkeys(list(nb) + list(pt)))
 def fig(r, k, fmt):
     return format(r[k], fmt) if r and r.get(k) is not None else "n/a"
@@ -219,13 +247,21 @@ for k in keys:
     p = peak.get(k[1])
     pa = f"{100 * a['gflops'] / p:.0f}%" if p and a and a.get("gflops") else "n/a"
     pb = f"{100 * b['gflops'] / p:.0f}%" if p and b and b.get("gflops") else "n/a"
+    f = fma.get(k[1])
+    fa = f"{100 * a['gflops'] / f:.0f}%" if f and a and a.get("gflops") else "n/a"
+    fb = f"{100 * b['gflops'] / f:.0f}%" if f and b and b.get("gflops") else "n/a"
     print(f"| {k[0]} | {k[1]} | {fig(a, 'median_s', '.4g')} | {fig(b, 'median_s', '.4g')} | "
           f"{'n/a' if ratio is None else format(ratio, '.2f')} | {fig(a, 'gflops', '.1f')} | "
-          f"{fig(b, 'gflops', '.1f')} | {pa} | {pb} |")
+          f"{fig(b, 'gflops', '.1f')} | {pa} | {pb} | {fa} / {fb} |")
+def per_threads(d):
+    return ", ".join(f"{t} thread{'s' if t > 1 else ''}: {v:.0f}" for t, v in sorted(d.items()))
 if peak:
     print()
-    print("sgemm peak (2048^3 float32, the faster of nabla and PyTorch), GFLOP/s: " +
-          ", ".join(f"{t} thread{'s' if t > 1 else ''}: {v:.0f}" for t, v in sorted(peak.items())))
+    print("sgemm peak (2048^3 float32, the fastest median of nabla's and PyTorch's, before and after the "
+          "networks), GFLOP/s: " + per_threads(peak))
+if fma:
+    print()
+    print("FMA ceiling (float32 FMAs, one probe a thread at once: bench/fma_peak.c), GFLOP/s: " + per_threads(fma))
 errs = [r for r in list(nb.values()) + list(pt.values()) if r.get("error")]
 for r in errs:
     print(f"\n{r['impl']} {r['model']} ({r['threads']} threads): {r['error']}")
