@@ -78,4 +78,14 @@ void nb_cpu_amx_b_free(nb_cpu_amx_b *p);
 bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int64_t lda, const nb_cpu_amx_b *b,
                             float *c, int64_t ldc, const float *bias);
 
+/* gemm_avx2.c: nabla's own float32 NN product on AVX2 and FMA with B [k, n] (row-major, ldb)
+ * packed once, for many products with it on few rows (the LSTM's W_hh through a run of steps on
+ * CPUs without AVX-512). The pack is NULL where the product does not run here (no AVX2 and FMA)
+ * or memory is short. C [m, n] = A [m, k] B, A and C row-major with leading dimensions; C is
+ * written, never read. On the calling thread (inside an OpenMP region, that thread alone). */
+typedef struct nb_cpu_avx2_b nb_cpu_avx2_b;
+nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb);
+void nb_cpu_avx2_b_free(nb_cpu_avx2_b *p);
+void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc);
+
 #endif
