@@ -21,8 +21,10 @@
  *                       thread summing its rows of each step while they are still in cache.
  * All operands contiguous, one dtype (float32 or float64). float32 on AVX-512 runs 16 lanes with
  * an exp accurate to about 1 ulp (sigmoid and tanh from it: tanh(x) = 1 - 2 / (exp(2x) + 1));
- * float32 elsewhere runs loops the compiler vectorises (AVX2 on such CPUs) with the branch-free
- * sigmoid and tanh of unary_math_impl.h (2 ulp); float64 is a plain loop calling libm. Rows of
+ * float32 with AVX2 and FMA but not AVX-512 runs the same arithmetic on 8 lanes (about 2 ulp;
+ * 35-45% less time a cell than the portable loops on Zen 3); float32 elsewhere runs loops the
+ * compiler vectorises with the branch-free sigmoid and tanh of unary_math_impl.h (2 ulp); float64
+ * is a plain loop calling libm. Rows of
  * the batch are split across threads, one per 2^13 cells of a step; with the product, each thread
  * multiplies its own rows (one sgemm on one thread each; float32 runs of steps use W_hh packed
  * once for the run: on AMX for nb_cpu_gemm_amx_packed, and without AVX-512 for gemm_avx2.c's
@@ -45,6 +47,7 @@
 
 #include "cpu/blas_impl.h"
 #include "cpu/cpu_impl.h"
+#include "cpu/ops/exp256_impl.h"
 #include "cpu/ops/exp512_impl.h"
 #include "cpu/ops/unary_math_impl.h"
 
@@ -227,6 +230,122 @@ __attribute__((target("avx512f"))) static void bwd_row_avx512(const cell_ptrs *p
     }
 }
 
+/* ---- float32 rows with AVX2 and FMA (no AVX-512) ---------------------------------------------- */
+
+/* The AVX-512 rows' arithmetic on eight lanes: exp256_impl.h's exp with the argument clamped to
+ * at most 87 (it clamps below at -88; NaN passes through), 1 / d from rcp's 12-bit estimate and
+ * one Newton step (about 2^-22), and tanh's odd series below 2^-4. The portable rows' loops, which
+ * GCC vectorises with a division a sigmoid, took 2.8 cycles an element on Zen 3. */
+__attribute__((target("avx2,fma"))) static inline __m256 vexp8(__m256 x)
+{
+    return nb_exp256_nonpos(_mm256_min_ps(_mm256_set1_ps(87.0f), x));
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 vrcp8(__m256 d)
+{
+    __m256 r = _mm256_rcp_ps(d);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(1.0f)), r);
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 vsigmoid8(__m256 z)
+{
+    return vrcp8(_mm256_add_ps(_mm256_set1_ps(1.0f), vexp8(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 vtanh8(__m256 z)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    __m256 t = _mm256_fnmadd_ps(_mm256_set1_ps(2.0f), vrcp8(_mm256_add_ps(vexp8(_mm256_add_ps(z, z)), one)), one);
+    __m256 z2 = _mm256_mul_ps(z, z);
+    __m256 s = _mm256_fmadd_ps(z2, _mm256_set1_ps(2.0f / 15.0f), _mm256_set1_ps(-1.0f / 3.0f));
+    s = _mm256_fmadd_ps(_mm256_mul_ps(s, z2), z, z);
+    __m256 az = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z);
+    return _mm256_blendv_ps(t, s, _mm256_cmp_ps(az, _mm256_set1_ps(0.0625f), _CMP_LT_OQ));
+}
+
+/* lanes [0, n) of the row's 8 at j: all where n >= 8 */
+__attribute__((target("avx2,fma"))) static inline __m256i lanes8(int64_t n)
+{
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
+}
+
+/* Eight floats at p, or where tail only the lanes of k (masked: Zen 3's masked store is
+ * microcoded, so whole vectors go without). */
+#define AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
+AVX2_INLINE __m256 ld8(const float *p, __m256i k, bool tail)
+{
+    return tail ? _mm256_maskload_ps(p, k) : _mm256_loadu_ps(p);
+}
+
+AVX2_INLINE void st8(float *p, __m256i k, bool tail, __m256 v)
+{
+    if (tail) _mm256_maskstore_ps(p, k, v);
+    else _mm256_storeu_ps(p, v);
+}
+
+/* Columns [j, j + 8) of the forward row: x, a, cp, cn and hn at the row's start (fwd_row_avx2). */
+AVX2_INLINE void fwd8(const float *x, float *a, const float *cp, float *cn, float *hn, int64_t H, int64_t j,
+                      bool flag, __m256i k, bool tail)
+{
+    __m256 z[4];
+    for (int q = 0; q < 4; q++) {
+        z[q] = ld8(x + q * H + j, k, tail);
+        if (flag) z[q] = _mm256_add_ps(z[q], ld8(a + q * H + j, k, tail));
+    }
+    __m256 i = vsigmoid8(z[0]), f = vsigmoid8(z[1]), g = vtanh8(z[2]), o = vsigmoid8(z[3]);
+    __m256 c = _mm256_fmadd_ps(f, ld8(cp + j, k, tail), _mm256_mul_ps(i, g));
+    st8(a + j, k, tail, i);
+    st8(a + H + j, k, tail, f);
+    st8(a + 2 * H + j, k, tail, g);
+    st8(a + 3 * H + j, k, tail, o);
+    st8(cn + j, k, tail, c);
+    st8(hn + j, k, tail, _mm256_mul_ps(o, vtanh8(c)));
+}
+
+__attribute__((target("avx2,fma"))) static void fwd_row_avx2(const cell_ptrs *p, int64_t b)
+{
+    int64_t H = p->H, BH = p->B * H, j = 0;
+    const float *x = (const float *)p->xp + b * 4 * H;
+    float *a = (float *)p->act + b * 4 * H, *Y = (float *)p->y;
+    const float *cp = Y + (p->T + 1) * BH + p->t * BH + b * H;
+    float *hn = Y + (p->t + 1) * BH + b * H, *cn = Y + (p->T + 1 + p->t + 1) * BH + b * H;
+    __m256i all = _mm256_set1_epi32(-1);
+    for (; j + 8 <= H; j += 8) fwd8(x, a, cp, cn, hn, H, j, p->flag, all, false);
+    if (j < H) fwd8(x, a, cp, cn, hn, H, j, p->flag, lanes8(H - j), true);
+}
+
+/* Columns [j, j + 8) of the backward row (bwd_row_avx2's pointers). */
+AVX2_INLINE void bwd8(const float *a, const float *c, const float *cp, const float *gh, const float *gc, float *d,
+                      float *dh, float *dc, int64_t H, int64_t j, __m256i k, bool tail)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 i = ld8(a + j, k, tail), f = ld8(a + H + j, k, tail);
+    __m256 g = ld8(a + 2 * H + j, k, tail), o = ld8(a + 3 * H + j, k, tail);
+    __m256 h = _mm256_add_ps(ld8(dh + j, k, tail), ld8(gh + j, k, tail));
+    __m256 tc = vtanh8(ld8(c + j, k, tail));
+    __m256 cc = _mm256_add_ps(ld8(dc + j, k, tail), ld8(gc + j, k, tail));
+    cc = _mm256_fmadd_ps(_mm256_mul_ps(h, o), _mm256_fnmadd_ps(tc, tc, one), cc);
+    st8(d + j, k, tail, _mm256_mul_ps(_mm256_mul_ps(cc, g), _mm256_mul_ps(i, _mm256_sub_ps(one, i))));
+    st8(d + H + j, k, tail,
+        _mm256_mul_ps(_mm256_mul_ps(cc, ld8(cp + j, k, tail)), _mm256_mul_ps(f, _mm256_sub_ps(one, f))));
+    st8(d + 2 * H + j, k, tail, _mm256_mul_ps(_mm256_mul_ps(cc, i), _mm256_fnmadd_ps(g, g, one)));
+    st8(d + 3 * H + j, k, tail, _mm256_mul_ps(_mm256_mul_ps(h, tc), _mm256_mul_ps(o, _mm256_sub_ps(one, o))));
+    st8(dc + j, k, tail, _mm256_mul_ps(cc, f));
+}
+
+__attribute__((target("avx2,fma"))) static void bwd_row_avx2(const cell_ptrs *p, int64_t b)
+{
+    int64_t H = p->H, BH = p->B * H, S = (p->T + 1) * BH, j = 0;
+    const float *a = (const float *)p->act + b * 4 * H, *Y = (const float *)p->y, *G = (const float *)p->g;
+    const float *c = Y + S + (p->t + 1) * BH + b * H, *cp = Y + S + p->t * BH + b * H;
+    const float *gh = G + (p->t + 1) * BH + b * H, *gc = G + S + (p->t + 1) * BH + b * H;
+    float *d = (float *)p->out + b * 4 * H, *dh = (float *)p->dhc + b * H, *dc = dh + BH;
+    __m256i all = _mm256_set1_epi32(-1);
+    for (; j + 8 <= H; j += 8) bwd8(a, c, cp, gh, gc, d, dh, dc, H, j, all, false);
+    if (j < H) bwd8(a, c, cp, gh, gc, d, dh, dc, H, j, lanes8(H - j), true);
+}
+
 #endif
 
 /* ---- the step's product ---------------------------------------------------------------------- */
@@ -269,6 +388,7 @@ static row_fn pick(bool fwd, nb_dtype dt)
     if (dt == NB_FLOAT64) return fwd ? fwd_row_f64 : bwd_row_f64;
 #if defined(__x86_64__)
     if (nb_cpu_avx512()) return fwd ? fwd_row_avx512 : bwd_row_avx512;
+    if (nb_cpu_avx2_fma()) return fwd ? fwd_row_avx2 : bwd_row_avx2;
 #endif
     return fwd ? fwd_row_f32 : bwd_row_f32;
 }
