@@ -15,6 +15,10 @@
  *          batch_norm, batch_norm_relu and batch_norm_add_relu, forward and backward, with the
  *          GB/s of the passes' minimal traffic (forward: x read twice, y written, a residual
  *          read once; backward: g and x read twice, gx written, the residual's gradient written)
+ *        nabla_layer_time lstm [THREADS [REPS]]
+ *          DLBench's LSTM layers alone: nb_lstm over [32, 128, 256] (T, B, in), hidden 256, 2
+ *          layers with biases, forward and backward (upstream gradient ones), per op: the
+ *          cell kernels (their step products with W_hh inside) and the BMMs around them
  * Prints, per layer and op, the mean ms per call over REPS (default 5) after one warm-up, and
  * for convolutions the GFLOP/s of the direct algorithm's 2 N OH OW OC C KH KW. The upstream
  * gradient is channels-last ones; one nb_scope per repetition frees what it made. */
@@ -27,6 +31,7 @@
 #include "nabla/nn.h"
 #include "nabla/ops.h"
 #include "nabla/profiler.h"
+#include "nabla/rnn.h"
 #include "nabla/tensor.h"
 
 #define MAX_ENTRIES 32
@@ -203,11 +208,37 @@ static void time_bns(int reps)
     }
 }
 
+static void time_lstm(int reps)
+{
+    nb_scope *outer = nb_scope_begin();
+    nb_lstm_params lp = nb_lstm_params_default();
+    lp.hidden_size = 256;
+    nb_tensor *w[8];
+    if (nb_lstm_init_weights(256, 2, &lp, NULL, w) != NB_OK) die("lstm weights");
+    nb_tensor *x = nb_randn((int64_t[]){32, 128, 256}, 3, NULL);
+    if (!x) die("randn");
+    for (int r = 0; r <= reps; r++) {
+        if (r == 1 && nb_profiler_start(NB_PROFILE_HOST) != NB_OK) die("profiler");
+        nb_scope *sc = nb_scope_begin();
+        nb_tensor *y = nb_lstm(x, NULL, NULL, w, 8, 2, &lp, NULL, NULL);
+        nb_tensor *g = y ? nb_ones_like(y) : NULL;
+        if (!g || nb_backward(y, g, NB_BACKWARD_DEFAULT) != NB_OK) die("lstm");
+        for (int i = 0; i < 8; i++) nb_tensor_set_grad(w[i], NULL);
+        nb_scope_end(sc);
+    }
+    nb_profiler_stop();
+    const char *ops[] = {"lstm_cell", "lstm_cell_backward", "bmm"};
+    printf("lstm [32, 128, 256], hidden 256, 2 layers:");
+    for (int i = 0; i < 3; i++) printf("  %s %.3f ms/call", ops[i], ms_per_call(ops[i]));
+    printf("\n");
+    nb_scope_end(outer);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "pool") && strcmp(argv[1], "conv") && strcmp(argv[1], "bn") &&
-                     strcmp(argv[1], "alexnet"))) {
-        fprintf(stderr, "usage: nabla_layer_time pool|conv|alexnet|bn [THREADS [REPS [KERNEL]]]\n");
+                     strcmp(argv[1], "alexnet") && strcmp(argv[1], "lstm"))) {
+        fprintf(stderr, "usage: nabla_layer_time pool|conv|alexnet|bn|lstm [THREADS [REPS [KERNEL]]]\n");
         return 2;
     }
     int threads = argc > 2 ? atoi(argv[2]) : 1, reps = argc > 3 ? atoi(argv[3]) : 5;
@@ -220,6 +251,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "pool")) time_pools(reps);
     else if (!strcmp(argv[1], "bn")) time_bns(reps);
     else if (!strcmp(argv[1], "alexnet")) time_alexnet_convs(reps);
+    else if (!strcmp(argv[1], "lstm")) time_lstm(reps);
     else time_convs(reps, only);
     return 0;
 }
