@@ -6,7 +6,7 @@
  * the rows on that thread alone, as the cell kernel runs them (the libraries then run on one
  * thread; with THREADS 1 all three run on one thread). Prints, per way, the best of R runs in ms
  * a step and GFLOP/s. In the network the cells run between the steps, and there oneDNN's call
- * lost more than here (docs/BENCHMARKS.md, session 47).
+ * lost more than here (docs/BENCHMARKS.md, session 43).
  *
  * usage: nabla_step_product [-r R] [-t THREADS] M N K [T]   (R default 9, THREADS 1, T 32)
  * e.g.   build-bench/bench/nabla_step_product -t 2 128 1024 256   (the DLBench LSTM's forward) */
