@@ -16,12 +16,6 @@
 #define PAD 3     /* extra columns in every leading dimension */
 #define SENTINEL 12345.0f
 
-static float uniform(unsigned *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * 0x1p-24) * 2.0f - 1.0f;
-}
-
 typedef struct {
     char ta, tb;
     int64_t m, n, k, lda, ldb, ldc;
@@ -62,21 +56,15 @@ static void sgemm_ref(const prob *p, float *c)
                 (int)p->m, (int)p->n, (int)p->k, p->alpha, p->a, (int)p->lda, p->b, (int)p->ldb, 1.0f, c, (int)p->ldc);
 }
 
-static float *filled(int64_t count, unsigned *seed, float lo_scale)
-{
-    float *x = NBT_CHECK(malloc((size_t)count * sizeof(float)));
-    for (int64_t i = 0; i < count; i++) x[i] = uniform(seed) * (i % 7 == 3 ? lo_scale : 1.0f);
-    return x;
-}
-
 /* One product on AMX against float64: within the worst-case bound, no worse than twice sgemm's
  * error on the same inputs, C's padding untouched. */
 static void check(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, bool bias, unsigned seed)
 {
     prob p = {ta, tb, m, n, k, (ta == 'T' ? m : k) + PAD, (tb == 'T' ? k : n) + PAD, n + PAD, alpha, NULL, NULL, NULL};
-    p.a = filled((ta == 'T' ? k : m) * p.lda, &seed, 1e-3f); /* some small elements: a range of exponents */
-    p.b = filled((tb == 'T' ? n : k) * p.ldb, &seed, 1e3f);
-    p.bias = bias ? filled(n, &seed, 1.0f) : NULL;
+    /* some small elements: a range of exponents */
+    p.a = nbt_filled_floats((ta == 'T' ? k : m) * p.lda, &seed, 1e-3f);
+    p.b = nbt_filled_floats((tb == 'T' ? n : k) * p.ldb, &seed, 1e3f);
+    p.bias = bias ? nbt_filled_floats(n, &seed, 1.0f) : NULL;
     float *c = NBT_CHECK(malloc((size_t)(m * p.ldc) * sizeof(float)));
     float *cs = NBT_CHECK(malloc((size_t)(m * p.ldc) * sizeof(float)));
     for (int64_t i = 0; i < m * p.ldc; i++) c[i] = SENTINEL;
@@ -118,7 +106,7 @@ static void test_threads_same_bits(void **state)
             int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             char ta = tr ? 'T' : 'N', tb = ta;
             unsigned seed = 7;
-            float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f);
+            float *a = nbt_filled_floats(m * k, &seed, 1.0f), *b = nbt_filled_floats(k * n, &seed, 1.0f);
             float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
             float *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
             int64_t lda = tr ? m : k, ldb = tr ? k : n;
@@ -140,7 +128,8 @@ static void test_special_values(void **state)
     (void)state;
     int64_t m = 20, n = 18, k = 40;
     unsigned seed = 3;
-    float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f), *c = NBT_CHECK(malloc(sizeof(float) * m * n));
+    float *a = nbt_filled_floats(m * k, &seed, 1.0f), *b = nbt_filled_floats(k * n, &seed, 1.0f);
+    float *c = NBT_CHECK(malloc(sizeof(float) * m * n));
     a[0] = 3.3999e38f; /* rounds to a bfloat16 infinity */
     a[k + 1] = -FLT_MAX;
     for (int64_t q = 0; q < k; q++) b[q * n] = 1e-3f * (float)(q + 1) / (float)k;
@@ -173,7 +162,8 @@ static void test_packed(void **state)
             int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             char ta = tr & 1 ? 'T' : 'N', tb = tr & 2 ? 'T' : 'N';
             int64_t lda = ta == 'T' ? m : k, ldb = tb == 'T' ? k : n;
-            float *a = filled(m * k, &seed, 1e-3f), *b = filled(k * n, &seed, 1e3f), *bias = filled(n, &seed, 1.0f);
+            float *a = nbt_filled_floats(m * k, &seed, 1e-3f), *b = nbt_filled_floats(k * n, &seed, 1e3f);
+            float *bias = nbt_filled_floats(n, &seed, 1.0f);
             float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
             float *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
             assert_true(nb_cpu_gemm_amx(ta, tb, m, n, k, -0.75f, a, lda, b, ldb, c1, n, bias));

@@ -17,19 +17,6 @@
 #define PAD 3     /* extra columns in every leading dimension */
 #define SENTINEL 12345.0f
 
-static float uniform(unsigned *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) * 0x1p-24) * 2.0f - 1.0f;
-}
-
-static float *filled(int64_t count, unsigned *seed, float lo_scale)
-{
-    float *x = NBT_CHECK(malloc((size_t)count * sizeof(float)));
-    for (int64_t i = 0; i < count; i++) x[i] = uniform(seed) * (i % 7 == 3 ? lo_scale : 1.0f);
-    return x;
-}
-
 /* Every element of C [m, n] (ldc) against the float64 sum of A [m, k] (lda) B [k, n] (ldb): within
  * (k + 2) u of the sum of |a b|, the bound of a float32 sum of k products (each rounded once by
  * the FMA, and once more per block of k when the blocks' sums are added). */
@@ -53,7 +40,7 @@ static void check_close(int64_t m, int64_t n, int64_t k, const float *a, int64_t
 static void check(int64_t m, int64_t n, int64_t k, unsigned seed)
 {
     int64_t lda = k + PAD, ldb = n + PAD, ldc = n + PAD;
-    float *a = filled(m * lda, &seed, 1e-3f), *b = filled(k * ldb, &seed, 1e3f);
+    float *a = nbt_filled_floats(m * lda, &seed, 1e-3f), *b = nbt_filled_floats(k * ldb, &seed, 1e3f);
     float *c = NBT_CHECK(malloc((size_t)(m * ldc) * sizeof(float)));
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < ldc; j++) c[i * ldc + j] = j < n ? NAN : SENTINEL; /* a read of C would show */
@@ -89,7 +76,7 @@ static void test_threads_same_bits(void **state)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         unsigned seed = 7 + (unsigned)s;
-        float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f);
+        float *a = nbt_filled_floats(m * k, &seed, 1.0f), *b = nbt_filled_floats(k * n, &seed, 1.0f);
         float *c1 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
         float *c2 = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
         nb_cpu_avx2_b *pb = nb_cpu_avx2_pack_b(k, n, b, n);
@@ -115,7 +102,7 @@ static void test_special_values(void **state)
     (void)state;
     int64_t m = 8, n = 20, k = 300;
     unsigned seed = 3;
-    float *a = filled(m * k, &seed, 1.0f), *b = filled(k * n, &seed, 1.0f);
+    float *a = nbt_filled_floats(m * k, &seed, 1.0f), *b = nbt_filled_floats(k * n, &seed, 1.0f);
     float *c = NBT_CHECK(malloc((size_t)(m * n) * sizeof(float)));
     a[2 * k + 290] = NAN;                    /* row 2, in the second block of k */
     b[5 * n + 17] = INFINITY;                /* column 17 */

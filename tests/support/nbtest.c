@@ -413,3 +413,14 @@ int nbt_dir_entries(const char *dir, int *tmp)
     closedir(d);
     return n;
 }
+
+float *nbt_filled_floats(int64_t count, unsigned *seed, float lo_scale)
+{
+    float *x = NBT_CHECK(malloc((size_t)count * sizeof(float)));
+    for (int64_t i = 0; i < count; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        float u = (float)((*seed >> 8) * 0x1p-24) * 2.0f - 1.0f;
+        x[i] = u * (i % 7 == 3 ? lo_scale : 1.0f);
+    }
+    return x;
+}

@@ -79,6 +79,11 @@ double nbt_rel_err_host(const nb_tensor *got, const nb_tensor *want);
  * float64: the error relative to the tensor's scale */
 double nbt_max_rel_err(const nb_tensor *got, const nb_tensor *want);
 
+/* count floats uniform on [-1, 1) from the linear congruential generator at *seed (advanced),
+ * every 7th (index 3 mod 7) times lo_scale, so that a matrix holds a range of exponents; malloc'd
+ * (the test fails when memory is short). For the product kernels' tests (AMX, AVX2). */
+float *nbt_filled_floats(int64_t count, unsigned *seed, float lo_scale);
+
 /* Calls of the op named op in the profiler's table (0 when it has no row for it). */
 int64_t nbt_profiled_calls(const char *op);
 

@@ -1,5 +1,6 @@
-/* Internal: exp of eight float32 lanes with AVX2 and FMA, for x <= 0 (a softmax's x - max),
- * shared by the AVX2 softmax-family kernels. The same Cephes expf as exp512_impl.h and
+/* Internal: what the AVX2 kernels of the softmax family and the LSTM cell share (softmax_avx2.c,
+ * rnn.c): the mask of a vector's first n lanes, and exp of eight float32 lanes with AVX2 and FMA,
+ * for x <= 0 (a softmax's x - max). The same Cephes expf as exp512_impl.h and
  * unary_math_impl.h's nb_vexpf_nonpos (Cody-Waite reduction by ln 2, a degree-6 polynomial, within
  * 2 ulp), with nb_vexpf_nonpos's range: x is clamped at -88, where 2^n's bits for n = -127 are 0,
  * so that x below about -87.3 gives 0 or a value within 2^-126 of e^x and -inf gives 0; NaN gives
@@ -10,6 +11,12 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+/* The mask of lanes [0, n) for _mm256_maskload_ps / _mm256_maskstore_ps, n in [0, 8]. */
+__attribute__((target("avx2,fma"))) static inline __m256i nb_lanes256(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
 __attribute__((target("avx2,fma"))) static inline __m256 nb_exp256_nonpos(__m256 x)
 {

@@ -9,9 +9,10 @@
  * per group of 16 panels (256 columns) and per block of 256 k, at most 256 KB of B, kept in L2
  * while each group of 6 rows of A runs over the group's panels, its six rows (6 KB) in L1 and
  * read in place (a last group of fewer rows is copied with zero rows below; a first version that
- * packed every group and did not unroll k ran at 87 GFLOP/s where this one runs at 92). The micro-kernel holds a 6 x 16 tile of C in 12 registers: per k two
- * loads of B, six broadcasts of A and twelve FMAs, six cycles on two FMA pipes. The first k block
- * stores the tile, the later ones add to it. Each element's sum is thus made the same way
+ * packed every group and did not unroll k ran at 87 GFLOP/s where this one runs at 92). The
+ * micro-kernel holds a 6 x 16 tile of C in 12 registers: per k two loads of B, six broadcasts of
+ * A and twelve FMAs, six cycles on two FMA pipes. The first k block stores the tile, the later
+ * ones add to it. Each element's sum is thus made the same way
  * whichever rows share its tile, so a thread's rows give the bits of the whole product. Alone, one
  * thread, best of 9 runs of 32 products on Zen 3: [128, 256] x [256, 1024] 0.73 ms (92 GFLOP/s;
  * OpenBLAS 0.80, oneDNN 1.45), [128, 1024] x [1024, 256] 0.75 (OpenBLAS 0.79, oneDNN 0.77). */

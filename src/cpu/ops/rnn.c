@@ -263,13 +263,6 @@ __attribute__((target("avx2,fma"))) static inline __m256 vtanh8(__m256 z)
     return _mm256_blendv_ps(t, s, _mm256_cmp_ps(az, _mm256_set1_ps(0.0625f), _CMP_LT_OQ));
 }
 
-/* lanes [0, n) of the row's 8 at j: all where n >= 8 */
-__attribute__((target("avx2,fma"))) static inline __m256i lanes8(int64_t n)
-{
-    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
-}
-
 /* Eight floats at p, or where tail only the lanes of k (masked: Zen 3's masked store is
  * microcoded, so whole vectors go without). */
 #define AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
@@ -312,7 +305,7 @@ __attribute__((target("avx2,fma"))) static void fwd_row_avx2(const cell_ptrs *p,
     float *hn = Y + (p->t + 1) * BH + b * H, *cn = Y + (p->T + 1 + p->t + 1) * BH + b * H;
     __m256i all = _mm256_set1_epi32(-1);
     for (; j + 8 <= H; j += 8) fwd8(x, a, cp, cn, hn, H, j, p->flag, all, false);
-    if (j < H) fwd8(x, a, cp, cn, hn, H, j, p->flag, lanes8(H - j), true);
+    if (j < H) fwd8(x, a, cp, cn, hn, H, j, p->flag, nb_lanes256(H - j), true);
 }
 
 /* Columns [j, j + 8) of the backward row (bwd_row_avx2's pointers). */
@@ -343,7 +336,7 @@ __attribute__((target("avx2,fma"))) static void bwd_row_avx2(const cell_ptrs *p,
     float *d = (float *)p->out + b * 4 * H, *dh = (float *)p->dhc + b * H, *dc = dh + BH;
     __m256i all = _mm256_set1_epi32(-1);
     for (; j + 8 <= H; j += 8) bwd8(a, c, cp, gh, gc, d, dh, dc, H, j, all, false);
-    if (j < H) bwd8(a, c, cp, gh, gc, d, dh, dc, H, j, lanes8(H - j), true);
+    if (j < H) bwd8(a, c, cp, gh, gc, d, dh, dc, H, j, nb_lanes256(H - j), true);
 }
 
 #endif

@@ -23,12 +23,6 @@
  * values of at most 1, as lse_f32_avx512's blocks). */
 #define SUM_BLOCK 16
 
-/* The mask of lanes [0, n), n in [0, 8]. */
-AVX2 static inline __m256i lanes(int64_t n)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 AVX2 static inline float hmax(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -58,7 +52,7 @@ AVX2 static float row_max(const float *x, int64_t D)
     }
     for (; i + 8 <= D; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
     if (i < D) {
-        __m256i k = lanes(D - i);
+        __m256i k = nb_lanes256(D - i);
         m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k)));
     }
     return hmax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
@@ -83,7 +77,7 @@ AVX2 static double exp_sum(const float *x, float *e, int64_t D, float m, const f
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(fs, 1)));
     }
     if (i < D) {
-        __m256i k = lanes(D - i);
+        __m256i k = nb_lanes256(D - i);
         __m256 y = _mm256_and_ps(_mm256_castsi256_ps(k),
                                  nb_exp256_nonpos(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm)));
         if (e) _mm256_maskstore_ps(e + i, k, y);
@@ -103,7 +97,7 @@ AVX2 static void scale_row(const float *e, float *q, int64_t D, float f, bool st
         int64_t head = (int64_t)(((32 - ((uintptr_t)q & 31)) & 31) / sizeof(float));
         if (head > D) head = D;
         if (head) {
-            __m256i k = lanes(head);
+            __m256i k = nb_lanes256(head);
             __m256 y = _mm256_mul_ps(_mm256_maskload_ps(e, k), vf);
             _mm256_maskstore_ps(q, k, y);
             if (acc) _mm256_maskstore_ps(acc, k, _mm256_add_ps(_mm256_maskload_ps(acc, k), y));
@@ -121,7 +115,7 @@ AVX2 static void scale_row(const float *e, float *q, int64_t D, float f, bool st
         if (acc) _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), y));
     }
     if (i < D) {
-        __m256i k = lanes(D - i);
+        __m256i k = nb_lanes256(D - i);
         __m256 y = _mm256_mul_ps(_mm256_maskload_ps(e + i, k), vf);
         _mm256_maskstore_ps(q + i, k, y);
         if (acc) _mm256_maskstore_ps(acc + i, k, _mm256_add_ps(_mm256_maskload_ps(acc + i, k), y));
