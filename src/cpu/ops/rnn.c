@@ -511,14 +511,13 @@ nb_status nb_cpu_k_rnn(nb_op op, const nb_kargs *a)
     int nt = nb_cpu_threads_for(B * H, 1 << 13), failed = 0;
     nb_cpu_colsums cs = {0};
     if (bsum) NB_TRY(nb_cpu_colsums_init(&cs, nt, 4 * H, dt == NB_FLOAT32, nb__op_name(op)));
-    nb_cpu_amx_b *wp = NULL; /* NULL (no AMX, B not finite, memory): the sgemm as before */
-    if (dt == NB_FLOAT32 && base.w && a->i1 > 1)
-        wp = nb_cpu_amx_pack_b('N', fwd ? 4 * H : H, fwd ? H : 4 * H, (const float *)base.w, fwd ? 4 * H : H);
-    base.wp = wp;
-    nb_cpu_avx2_b *wv = NULL;
-    if (!wp && dt == NB_FLOAT32 && base.w && a->i1 > 1 && !nb_cpu_avx512())
-        wv = nb_cpu_avx2_pack_b(fwd ? H : 4 * H, fwd ? 4 * H : H, (const float *)base.w, fwd ? 4 * H : H);
-    base.wv = wv;
+    /* W_hh packed once for a run's products, [wk, wn] (NULL: the sgemm at each step, as before) */
+    bool run = dt == NB_FLOAT32 && base.w && a->i1 > 1;
+    int64_t wk = fwd ? H : 4 * H, wn = fwd ? 4 * H : H;
+    const float *w32 = (const float *)base.w;
+    nb_cpu_amx_b *wp = run ? nb_cpu_amx_pack_b('N', wn, wk, w32, wn) : NULL; /* no AMX, B not finite, memory */
+    nb_cpu_avx2_b *wv = run && !wp && !nb_cpu_avx512() ? nb_cpu_avx2_pack_b(wk, wn, w32, wn) : NULL;
+    base.wp = wp, base.wv = wv;
     if (nt == 1) { /* no region to share: each product as the BMM kernel would make it */
         failed = run_rows(&base, a, fwd, fn, 0, B, true, cs.d, cs.f);
     } else {
