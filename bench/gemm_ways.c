@@ -9,6 +9,10 @@
  *               takes by rule where oneDNN's matmul has no AVX-512 kernels (small_m_nt);
  *   matmul      oneDNN's matmul primitive (its brgemm kernels on AVX-512; made before the
  *               timing), the tuner's fourth way there;
+ *   own         nabla's own kernel for the shape where it has one here (the tuner's fifth way,
+ *               src/cpu/ops/gemm.c's own_offered: NT of few rows gemm_dot.c, with AVX-512 or
+ *               AVX2; NN of few rows gemm_rows.c and TN of short K gemm_thin.c, with AVX-512),
+ *               "-" where it has none;
  *   halves      with 2 threads or more: M split in two halves, each a 1-thread cblas_sgemm on
  *               its own thread, at once. It tells whether two cores give more on a product
  *               than OpenBLAS's own split does (docs/BENCHMARKS.md, session 16: they do not).
@@ -24,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu/blas_impl.h"
+#include "nabla/core.h"
 #include <time.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -94,10 +101,23 @@ static void free_matmul(prob *p)
 
 static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasNoTrans : CblasTrans; }
 
-/* way 0 openblas, 1 onednn, 2 transposed, 3 t-onednn, 4 matmul, 5 halves */
+/* way 5: nabla's own kernel for p; false where it has none that runs here */
+static bool run_own(const prob *p)
+{
+    if (p->ta == CblasNoTrans && p->tb == CblasTrans)
+        return nb_cpu_gemm_dot(p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
+    if (p->ta == CblasNoTrans && p->tb == CblasNoTrans)
+        return nb_cpu_gemm_rows(p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
+    if (p->ta == CblasTrans && p->tb == CblasNoTrans)
+        return nb_cpu_gemm_thin_k(p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
+    return false;
+}
+
+/* way 0 openblas, 1 onednn, 2 transposed, 3 t-onednn, 4 matmul, 5 own, 6 halves */
 static void run(const prob *p, int way)
 {
     switch (way) {
+    case 5: run_own(p); break;
     case 3:
         dnnl_sgemm(p->tb == CblasTrans ? 'N' : 'T', p->ta == CblasTrans ? 'N' : 'T', p->n, p->m, p->k, 1.0f, p->b,
                    p->ldb, p->a, p->lda, 0.0f, p->ct, p->m);
@@ -153,8 +173,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "nabla_gemm_ways: no oneDNN CPU engine\n");
         return 1;
     }
+    if (nb_set_num_threads(threads) != NB_OK) {
+        fprintf(stderr, "nabla_gemm_ways: %s\n", nb_last_error());
+        return 1;
+    }
     printf("# %d thread%s, best of %d, ms (GFLOP/s)\n# shape              openblas          onednn"
-           "           transposed        t-onednn          matmul%s\n",
+           "           transposed        t-onednn          matmul            own%s\n",
            threads, threads == 1 ? "" : "s", reps, threads >= 2 ? "        halves" : "");
     for (; i + 3 < argc; i += 4) {
         const char *tt = argv[i];
@@ -179,8 +203,8 @@ int main(int argc, char **argv)
         }
         if (!make_matmul(&p, eng)) fprintf(stderr, "nabla_gemm_ways: no oneDNN matmul for %s %d %d %d\n", tt, m, n, k);
         printf("%s %5d %5d %5d", tt, m, n, k);
-        for (int way = 0; way < (threads >= 2 ? 6 : 5); way++) {
-            if (way == 4 && !p.mm) {
+        for (int way = 0; way < (threads >= 2 ? 7 : 6); way++) {
+            if ((way == 4 && !p.mm) || (way == 5 && !run_own(&p))) {
                 printf("  %17s", "-");
                 continue;
             }

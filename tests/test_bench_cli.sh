@@ -173,14 +173,15 @@ fi
 # (gemm.c tunes them); a shape called once per iteration runs 7 calls on the tuner's schedule
 # (the rules, then 6 timed on OpenBLAS, oneDNN and OpenBLAS transposed), 2 more where oneDNN's
 # matmul primitive has its AVX-512 kernels (`nabla info`'s oneDNN isa from avx512_core), and 2
-# more where nabla's own AVX-512 kernels run (its NN kernel for few rows: the input gradients at
-# batch 16; `nabla info`'s cpu isa, unless NABLA_MAX_CPU_ISA=avx2), 2 more where nabla's AMX kernel
+# more where nabla's own kernels run (with AVX-512 its NN kernel for few rows, the input gradients
+# at batch 16, and its NT one; with AVX2 its NT kernel for few rows, the forward products at batch
+# 16: `nabla info`'s cpu isa AVX-512 or AVX2), 2 more where nabla's AMX kernel
 # runs (`nabla info`'s amx: on), so after 1 warm-up iteration
 # bench adds the ones that still run on it and 1 that runs none. With the tuner off nothing is
 # added. ----
 tw_added=7
 if "$nabla" info | grep -q 'onednn:.*isa avx512_core'; then tw_added=$((tw_added + 2)); fi
-if "$nabla" info | grep -q 'cpu isa: *AVX-512' && [ "${NABLA_MAX_CPU_ISA:-}" != avx2 ]; then tw_added=$((tw_added + 2)); fi
+if "$nabla" info | grep -q -E 'cpu isa: *(AVX-512|AVX2)'; then tw_added=$((tw_added + 2)); fi
 if "$nabla" info | grep -q 'amx: *on'; then tw_added=$((tw_added + 2)); fi
 if NABLA_GEMM_TUNE=1 NABLA_CONV_TUNE=0 "$nabla" bench --model fcn-r --threads 1 --batch-size 16 --iters 1 --warmup 1 \
         --format json > tw1.txt 2> tw1.err &&

@@ -492,6 +492,7 @@ typedef struct own_case {
     int nm, nn, nk;
     void (*lds)(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc);
     int max_a, max_b, max_c; /* the operands' largest sizes in floats, C's with its 6 rows more */
+    bool (*runs)(int m);     /* whether it runs here for M rows; NULL: where nb_cpu_avx512() */
 } own_case;
 
 static void check_own(const own_case *oc, const float *a, const float *b, int trial, int threads)
@@ -507,7 +508,7 @@ static void check_own(const own_case *oc, const float *a, const float *b, int tr
     for (size_t i = 0; i < span; i++) c[i] = beta != 0 ? (float)urand() : NAN;
     memcpy(c0, c, span * sizeof(float));
     bool ran = oc->fn(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    assert_int_equal(ran, nb_cpu_avx512());
+    assert_int_equal(ran, oc->runs ? oc->runs(m) : nb_cpu_avx512());
     for (int i = 0; i < m + 6; i++)
         for (int j = 0; j < ldc; j++) {
             float got = c[i * ldc + j];
@@ -559,7 +560,7 @@ static void test_gemm_rows(void **state)
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 16, 40, 64}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000, 2100},
                      ks[] = {0, 1, 63, 64, 65, 300};
     own_case oc = {"gemm_rows", nb_cpu_gemm_rows, false, false, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
-                   rows_lds, 64 * 303, 300 * 2105, 70 * 2102};
+                   rows_lds, 64 * 303, 300 * 2105, 70 * 2102, NULL};
     run_own(&oc);
     float x[16 * 16] = {0}, y[65 * 16];
     assert_false(nb_cpu_gemm_rows(65, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
@@ -581,30 +582,37 @@ static void test_gemm_thin_k(void **state)
     static const int ms[] = {1, 5, 6, 7, 13, 100, 200, 1000}, ns[] = {1, 15, 16, 17, 64, 70, 200, 1000},
                      ks[] = {0, 1, 16, 63, 64};
     own_case oc = {"gemm_thin_k", nb_cpu_gemm_thin_k, true, false, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
-                   thin_lds, 64 * 1003, 64 * 1005, 1006 * 1008};
+                   thin_lds, 64 * 1003, 64 * 1005, 1006 * 1008, NULL};
     run_own(&oc);
     float x[65 * 16] = {0}, y[16 * 16];
     assert_false(nb_cpu_gemm_thin_k(16, 16, GEMM_THIN_MAX_K + 1, 1.0f, x, 16, x, 16, 0.0f, y, 16));
 }
 
 /* NT for few rows (a linear layer's forward on a small batch), A [M, K], B [N, K]: M below, at
- * and past its groups of 4 rows up to its bound; N below, at and past its groups of 6 and past a
- * thread's share; K empty, below (15: one lane short), at and past its vectors of 16 and its
- * blocks of 512. Past its bound on M it does not run. */
+ * and past its groups of rows (4 with AVX-512, 2 with AVX2) up to its bound (32 with AVX-512, 64
+ * with AVX2: 40 and 64 run only there); N below, at and past its groups of 6, past a thread's
+ * share and past the AVX2 kernel's chunks of 504 columns; K empty, below (7, 15: a lane short),
+ * at and past its vectors of 8 and 16 and its blocks of 512. Past its bound on M it does not
+ * run. */
 static void dot_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
 {
     (void)m;
     *lda = trial % 2 ? 1104 : k + 1, *ldb = k + 3, *ldc = n + 2;
 }
 
+static bool dot_runs(int m) { return m <= nb_cpu_gemm_dot_max_m(); }
+
 static void test_gemm_dot(void **state)
 {
-    static const int ms[] = {1, 3, 4, 5, 16, 32}, ns[] = {1, 5, 6, 7, 13, 200, 1000}, ks[] = {0, 1, 15, 17, 512, 1100};
+    static const int ms[] = {1, 2, 3, 4, 5, 16, 32, 40, 64}, ns[] = {1, 5, 6, 7, 13, 200, 1000, 1100},
+                     ks[] = {0, 1, 7, 15, 17, 512, 1100};
     own_case oc = {"gemm_dot", nb_cpu_gemm_dot, false, true, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
-                   dot_lds, 32 * 1104, 1000 * 1103, 38 * 1002};
+                   dot_lds, 64 * 1104, 1100 * 1103, 70 * 1102, dot_runs};
     run_own(&oc);
-    float x[(GEMM_DOT_MAX_M + 1) * 16] = {0}, y[(GEMM_DOT_MAX_M + 1) * 16];
-    assert_false(nb_cpu_gemm_dot(GEMM_DOT_MAX_M + 1, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
+    int max = nb_cpu_gemm_dot_max_m();
+    assert_true(max == (nb_cpu_avx512() ? GEMM_DOT_MAX_M : nb_cpu_avx2_fma() ? GEMM_DOT_AVX2_MAX_M : 0));
+    float x[(GEMM_DOT_AVX2_MAX_M + 1) * 16] = {0}, y[(GEMM_DOT_AVX2_MAX_M + 1) * 16];
+    assert_false(nb_cpu_gemm_dot(max + 1, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */

@@ -52,8 +52,17 @@ bool nb_cpu_gemm_thin_k(int64_t m, int64_t n, int64_t k, float alpha, const floa
                         int64_t ldb, float beta, float *c, int64_t ldc);
 /* gemm_dot.c's float32 NT product for few rows (a linear layer's forward on a small batch):
  * C[M, N] = alpha A[M, K] B[N, K]^T + beta C, row-major with leading dimensions, M up to
- * GEMM_DOT_MAX_M; beta 0 never reads C. False (nothing written) where it does not run. */
+ * nb_cpu_gemm_dot_max_m(): GEMM_DOT_MAX_M with AVX-512, GEMM_DOT_AVX2_MAX_M with AVX2 and FMA
+ * only, 0 (it never runs) without either; beta 0 never reads C. False (nothing written) where it
+ * does not run. */
 #define GEMM_DOT_MAX_M 32
+#define GEMM_DOT_AVX2_MAX_M 64
+int nb_cpu_gemm_dot_max_m(void);
+/* gemm_dot_avx2.c's kernel for nb_cpu_gemm_dot where AVX2 and FMA are and AVX-512 is not: M from
+ * 1 to GEMM_DOT_AVX2_MAX_M, N at least 1 (checked by the caller). False (nothing written) where
+ * its packed copy of A cannot be had. */
+bool nb__cpu_gemm_dot_avx2(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc);
 bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc);
 

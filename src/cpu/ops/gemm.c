@@ -13,10 +13,10 @@
  * float32/float64 go to OpenBLAS (float32 NN and TN products, and NT ones from 1024 rows, to
  * oneDNN's sgemm, see use_dnnl; NT ones of 16-64 rows to oneDNN's matmul primitive where it has
  * its AVX-512 kernels, see few_rows_matmul, elsewhere to oneDNN's sgemm as their transpose, see
- * small_m_nt; a large float32 product is timed on OpenBLAS, on oneDNN's sgemm, on OpenBLAS as
- * its transpose, on the matmul primitive and, NN of up to 64 rows, TN with K up to 64 or NT of
- * up to 32 rows, on nabla's own kernels (gemm_rows.c, gemm_thin.c, gemm_dot.c), and the fastest
- * kept, see tune_pick):
+ * small_m_nt; a large float32 product is timed on OpenBLAS, on oneDNN's sgemm, as its transpose
+ * (on OpenBLAS, or small_m_nt's route for its shapes), on the matmul primitive and, NN of up to
+ * 64 rows, TN with K up to 64 or NT of few rows, on nabla's own kernels (gemm_rows.c,
+ * gemm_thin.c, gemm_dot.c), and the fastest kept, see tune_pick):
  * a matrix with a unit stride in one of its dims is passed as it is (the other stride as its
  * leading dimension, a transpose flag for column-major), any other is first copied to a
  * contiguous scratch. Integer dtypes take the reference loop, which float
@@ -197,11 +197,13 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * every CPU: its first call follows the rules (it warms the caches and the pages of C), the next
  * ones run OpenBLAS, oneDNN, transposed, matmul, own, own, matmul, transposed, oneDNN, OpenBLAS,
  * timed (the transposed ones only where that way is offered, the matmul ones only with oneDNN's
- * AVX-512 kernels, the own ones only for NN and NT products of few rows and TN ones of short K, with
- * nabla's AVX-512 kernels), and
+ * AVX-512 kernels, the own ones only for NN products of few rows and TN ones of short K with
+ * nabla's AVX-512 kernels and NT ones of few rows with those or its AVX2 ones), and
  * the way with the shortest best time runs every later call in the process. No product is run
- * twice. Without the matmul way, NT products of 16-64 rows keep their transposed route
- * (small_m_nt), which neither library's own call matches. On the Xeon this took FCN-S's
+ * twice. Without the matmul way, NT products of 16-64 rows take their transposed route
+ * (small_m_nt) as way 3 and by rule. On Zen 3 (no AVX-512) that route and nabla's own AVX2 kernel
+ * (gemm_dot_avx2.c) split FCN-S's forward products; the own kernel took its 64x26752x2048 from 112
+ * to 89 ms at 1 thread (bench/gemm_ways.c, best of 9). On the Xeon the tuner took FCN-S's
  * training step (`nabla bench --model fcn-s`) from 0.245 to 0.215 s at 2 threads and from 0.470
  * to 0.410 s at 1, the rules alone (few_rows_matmul's) to 0.222 and 0.430. NABLA_GEMM_TUNE=0
  * turns it off (the rules everywhere); it is on by default (the table and the timing are
@@ -210,7 +212,8 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
 #define TRANSPOSED_MIN_K 128
 #define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
-/* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = OpenBLAS on the transposed product, 4 = oneDNN's
+/* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = the transposed product (OpenBLAS's, or oneDNN's
+ * for small_m_nt's shapes: gemm_small_m_nt), 4 = oneDNN's
  * matmul primitive, 5 = nabla's own kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c; NT of
  * few rows: gemm_dot.c), 6 = nabla's AMX product (gemm_amx.c, where nb_cpu_amx()) */
 static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 13, 0, 1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1);
@@ -224,14 +227,15 @@ static bool transposed_offered(const gemm_job *j)
  * elsewhere it runs dnnl_sgemm's. */
 static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
 
-/* nabla's own kernels, for NN products of few rows (gemm_rows.c), TN ones with a short inner
- * dimension (gemm_thin.c) and NT ones of few rows (gemm_dot.c), run where its AVX-512 kernels do. */
+/* nabla's own kernels, for NN products of few rows (gemm_rows.c) and TN ones with a short inner
+ * dimension (gemm_thin.c), run where its AVX-512 kernels do; NT ones of few rows (gemm_dot.c)
+ * with AVX-512 or with AVX2 and FMA, up to the rows its kernel there takes. */
 static bool own_offered(const gemm_job *j)
 {
     bool nn = j->ta == CblasNoTrans && j->tb == CblasNoTrans && j->m <= GEMM_ROWS_MAX_M;
     bool tn = j->ta == CblasTrans && j->tb == CblasNoTrans && j->k <= GEMM_THIN_MAX_K;
-    bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= GEMM_DOT_MAX_M;
-    return (nn || tn || nt) && nb_cpu_avx512();
+    bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= nb_cpu_gemm_dot_max_m();
+    return ((nn || tn) && nb_cpu_avx512()) || nt;
 }
 
 /* nabla's AMX product: where the CPU and Linux have AMX, for beta 0 (C overwritten). */
@@ -274,14 +278,15 @@ static bool few_rows_matmul(const gemm_job *j, bool in_batch_loop)
 }
 
 /* The way the rules give a float32 product: 4 (the matmul primitive) for few_rows_matmul's
- * shapes, else 2 (oneDNN's sgemm) where dnnl says so, else 1 (OpenBLAS). */
+ * shapes, 3 (the transposed product, on oneDNN) for small_m_nt's, else 2 (oneDNN's sgemm) where
+ * dnnl says so, else 1 (OpenBLAS). */
 static int rule_way(const gemm_job *j, bool in_batch_loop, bool dnnl)
 {
-    return few_rows_matmul(j, in_batch_loop) ? 4 : dnnl ? 2 : 1;
+    return few_rows_matmul(j, in_batch_loop) ? 4 : small_m_nt(j, in_batch_loop) ? 3 : dnnl ? 2 : 1;
 }
 
 /* The way for this call of a product: 0 = the rules (not a product to tune, or its first
- * call), 1 = OpenBLAS, 2 = oneDNN, 3 = OpenBLAS transposed, 4 = oneDNN's matmul, 5 = nabla's own
+ * call), 1 = OpenBLAS, 2 = oneDNN, 3 = transposed, 4 = oneDNN's matmul, 5 = nabla's own
  * kernels, 6 = the AMX product; *timed as nb_cpu_tune_pick's. */
 static int tune_pick(const gemm_job *j, bool in_batch_loop, int64_t key[NB_TUNE_KEY], int *timed)
 {
@@ -422,7 +427,7 @@ static int sgemm_run(const gemm_job *j, const float *a, const float *b, float *c
         timed = -1; /* nothing written: the bias copied instead, and the time is not the way's */
     }
     if (j->bias) j = bias_into_c(j, c, &plain);
-    if (pick == 3 && !sgemm_transposed(j, a, b, c)) {
+    if (pick == 3 && !(small_m_nt(j, in_batch_loop) ? gemm_small_m_nt(j, a, b, c) : sgemm_transposed(j, a, b, c))) {
         pick = 1; /* no scratch: OpenBLAS as it is, and this call's time is not the way's */
         timed = -1;
     }
@@ -465,12 +470,6 @@ static void gemm_one(const gemm_job *j, int64_t i, bool in_batch_loop)
     size_t es = nb_dtype_size(j->dt);
     const char *a = j->a.p + i * j->a.sb * (int64_t)es, *b = j->b.p + i * j->b.sb * (int64_t)es;
     char *c = j->c.p + i * j->c.sb * (int64_t)es;
-    /* the transposed route for NT products of few rows is not one of the ways timed */
-    gemm_job plain;
-    if (small_m_nt(j, in_batch_loop)) {
-        if (j->bias) j = bias_into_c(j, (float *)c, &plain);
-        if (gemm_small_m_nt(j, (const float *)a, (const float *)b, (float *)c)) return;
-    }
     if (j->dt == NB_FLOAT32) {
         /* a failed oneDNN call (nothing written but the bias, in C now) falls back to OpenBLAS */
         if (sgemm_run(j, (const float *)a, (const float *)b, (float *)c, in_batch_loop,

@@ -9,8 +9,9 @@
  * prefetch the next 6 rows of B into L2, a share each: the rows are contiguous, but 36 KB long
  * (AlexNet-S's fc6) they cross pages, where the hardware's prefetchers start over.
  * On the Intel Xeon, 2 threads, NT 16x4096x9216 (fc6) 7.1 ms against 8.0 on oneDNN's matmul
- * primitive and 12.9 on OpenBLAS; 16x4096x4096 2.1 against 2.9 and 5.0. An AVX-512 kernel: gemm.c
- * offers it as a way of the tuner only where nb_cpu_avx512(). */
+ * primitive and 12.9 on OpenBLAS; 16x4096x4096 2.1 against 2.9 and 5.0. An AVX-512 kernel; with
+ * AVX2 and FMA but no AVX-512 nb_cpu_gemm_dot runs gemm_dot_avx2.c's instead (up to
+ * GEMM_DOT_AVX2_MAX_M rows). gemm.c offers either as a way of the tuner. */
 #include <stdint.h>
 #include <string.h>
 
@@ -112,10 +113,16 @@ static V512 void dot_columns(int64_t m, int64_t k, float alpha, const float *a, 
     }
 }
 
+int nb_cpu_gemm_dot_max_m(void)
+{
+    return nb_cpu_avx512() ? GEMM_DOT_MAX_M : nb_cpu_avx2_fma() ? GEMM_DOT_AVX2_MAX_M : 0;
+}
+
 bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    if (!nb_cpu_avx512() || m < 1 || m > GEMM_DOT_MAX_M || n < 1) return false;
+    if (m < 1 || m > nb_cpu_gemm_dot_max_m() || n < 1) return false;
+    if (!nb_cpu_avx512()) return nb__cpu_gemm_dot_avx2(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     int64_t sixes = (n + NR - 1) / NR;
     int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
     if (nt > sixes) nt = (int)sixes;
@@ -130,6 +137,8 @@ bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *
 }
 
 #else
+
+int nb_cpu_gemm_dot_max_m(void) { return 0; }
 
 bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                      int64_t ldb, float beta, float *c, int64_t ldc)
