@@ -613,6 +613,16 @@ static void test_gemm_dot(void **state)
     assert_true(max == (nb_cpu_avx512() ? GEMM_DOT_MAX_M : nb_cpu_avx2_fma() ? GEMM_DOT_AVX2_MAX_M : 0));
     float x[(GEMM_DOT_AVX2_MAX_M + 1) * 16] = {0}, y[(GEMM_DOT_AVX2_MAX_M + 1) * 16];
     assert_false(nb_cpu_gemm_dot(max + 1, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16));
+    /* the AVX2 kernel's packed A out of memory: it says it did not run and writes nothing (the
+     * caller then runs the product on OpenBLAS) */
+    if (!nb_cpu_avx512() && max > 0) {
+        for (int i = 0; i < 16 * 16; i++) y[i] = -3.0f;
+        nb__cpu_alloc_fail_after(0);
+        bool ran = nb_cpu_gemm_dot(16, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16);
+        nb__cpu_alloc_fail_after(-1);
+        assert_false(ran);
+        for (int i = 0; i < 16 * 16; i++) assert_true(y[i] == -3.0f);
+    }
 }
 
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
