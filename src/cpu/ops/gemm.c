@@ -202,8 +202,9 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * the way with the shortest best time runs every later call in the process. No product is run
  * twice. Without the matmul way, NT products of 16-64 rows take their transposed route
  * (small_m_nt) as way 3 and by rule. On Zen 3 (no AVX-512) that route and nabla's own AVX2 kernel
- * (gemm_dot_avx2.c) split FCN-S's forward products; the own kernel took its 64x26752x2048 from 112
- * to 89 ms at 1 thread (bench/gemm_ways.c, best of 9). On the Xeon the tuner took FCN-S's
+ * (gemm_dot_avx2.c) split FCN-S's forward products; the own kernel runs its 64x26752x2048 in 89
+ * ms at 1 thread against 111-121 on the library ways (bench/gemm_ways.c, best of 9). On the Xeon
+ * the tuner took FCN-S's
  * training step (`nabla bench --model fcn-s`) from 0.245 to 0.215 s at 2 threads and from 0.470
  * to 0.410 s at 1, the rules alone (few_rows_matmul's) to 0.222 and 0.430. NABLA_GEMM_TUNE=0
  * turns it off (the rules everywhere); it is on by default (the table and the timing are
