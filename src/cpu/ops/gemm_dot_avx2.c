@@ -17,7 +17,7 @@
  * group runs, its calls prefetch the next group's rows of the block into L2, a share each (each
  * row's block is on its own page).
  * On Zen 3, 1 thread, best of 9 (bench/gemm_ways.c), ms: NT 64x26752x2048 (FCN-S's last forward)
- * 89 against 108-118 on the libraries' ways, 64x2048x26752 86-94 against 88-105; the kernel alone
+ * 89 against 111-121 on the libraries' ways, 64x2048x26752 86-94 against 88-117; the kernel alone
  * on blocks in L1 and L2 runs at 96-98 GFLOP/s (the FMA ceiling 101). Steps on the way there:
  * running all of K for each 6 columns, as the AVX-512 kernel does, read A from L3 for every 6
  * (41-45 GFLOP/s); B read in place hit 4 KB aliasing (its rows 8 KB apart at K = 2048); a
