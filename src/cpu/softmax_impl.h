@@ -2,7 +2,7 @@
  * FMA (src/cpu/ops/softmax_avx2.c), which src/cpu/ops/cross_entropy.c's pass over the rows runs
  * where nb_cpu_avx2_fma() holds and AVX-512 is not taken; cross entropy's entry, which
  * softmax.c's nb_cpu_k_softmax calls for its ops; softmax.c's portable logsumexp of a row; and the
- * AVX-512 helpers of softmax.c's and cross_entropy.c's rows. */
+ * AVX-512 helpers of softmax.c's and cross_entropy.c's rows (exp, widening, the row's max). */
 #ifndef NB_SOFTMAX_IMPL_H
 #define NB_SOFTMAX_IMPL_H
 
@@ -39,6 +39,18 @@ double nb__lse_f32_vec(const float *x, int64_t D);
 __attribute__((target("avx512f"))) static inline __m512 exp_nonpos(__m512 x)
 {
     return nb_exp512(_mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+}
+
+/* The largest of a float32 row of D (-inf for D = 0). A NaN may be lost here (max returns its
+ * second operand where either is NaN); the row's exponentials then carry it into its sum. */
+__attribute__((target("avx512f"))) static inline float max_f32_avx512(const float *x, int64_t D)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 vm = ninf;
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    if (i < D) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, (__mmask16)((1u << (D - i)) - 1), x + i));
+    return _mm512_reduce_max_ps(vm);
 }
 
 /* The lower and upper halves of v widened to double. */

@@ -111,11 +111,7 @@ __attribute__((target("avx512f"))) static void row_f32_avx512(const float *x, fl
 {
     int64_t i;
     __mmask16 tail = (__mmask16)((1u << (D & 15)) - 1);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 vm = ninf;
-    for (i = 0; i + 16 <= D; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
-    if (tail) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, tail, x + i));
-    float m = _mm512_reduce_max_ps(vm);
+    float m = max_f32_avx512(x, D);
     __m512 vmax = _mm512_set1_ps(m);
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (i = 0; i + 16 <= D; i += 16) {
