@@ -133,21 +133,19 @@ static inline void fold(float *c, const float *s, int nr, float alpha, float bet
     for (int q = 0; q < nr; q++) c[q] = beta != 0.0f ? alpha * s[q] + beta * c[q] : alpha * s[q];
 }
 
-/* Packs rows [0, n) of x (leading dimension ld) over [k0, k1) as [step][rows][8], zeros past n
- * rows up to `rows` and past k1 up to the block's steps of 8. */
-static void pack(const float *x, int64_t ld, int64_t n, int rows, int64_t k0, int64_t k1, float *out)
+/* Packs a pair of x's rows (the second when n > 1; else zeros) over [k0, k1) as [step][2][8],
+ * zeros past k1 up to the block's steps of 8. */
+static void pack_pair(const float *x, int64_t ld, int64_t n, int64_t k0, int64_t k1, float *out)
 {
     int64_t steps = (k1 - k0 + 7) / 8;
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < 2; r++) {
         const float *row = r < n ? x + r * ld : NULL;
         for (int64_t t = 0; t < steps; t++) {
-            float *o = out + (t * rows + r) * 8;
+            float *o = out + (t * 2 + r) * 8;
             int64_t k = k0 + 8 * t, w = k1 - k < 8 ? k1 - k : 8;
-            if (row && w == 8) {
-                memcpy(o, row + k, 8 * sizeof(float));
-            } else {
+            if (row && w == 8) memcpy(o, row + k, 8 * sizeof(float));
+            else
                 for (int64_t e = 0; e < 8; e++) o[e] = row && e < w ? row[k + e] : 0.0f;
-            }
         }
     }
 }
@@ -192,7 +190,6 @@ static void dot_columns(int64_t m, int64_t k, float alpha, const float *ap, cons
                         fold(c + (i + r) * ldc + j, s + r * 8, nr, alpha, kb ? 1.0f : beta);
                 }
             }
-            if (ke >= k) break;
         }
     }
 }
@@ -213,7 +210,7 @@ bool nb__cpu_gemm_dot_avx2(int64_t m, int64_t n, int64_t k, float alpha, const f
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t x = 0; x < blocks * pairs; x++) {
         int64_t kb = x / pairs * KC, i = 2 * (x % pairs), ke = kb + KC < k ? kb + KC : k;
-        pack(a + i * lda, lda, m - i, 2, kb, ke, ap + a_block(pairs, kb) + i / 2 * ((ke - kb + 7) / 8) * 16);
+        pack_pair(a + i * lda, lda, m - i, kb, ke, ap + a_block(pairs, kb) + i / 2 * ((ke - kb + 7) / 8) * 16);
     }
     float *bp0 = ap + a_floats;
 #pragma omp parallel for num_threads(nt) schedule(static)
