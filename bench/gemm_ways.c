@@ -104,6 +104,9 @@ static CBLAS_TRANSPOSE flip(CBLAS_TRANSPOSE t) { return t == CblasTrans ? CblasN
 /* way 5: nabla's own kernel for p; false where it has none that runs here */
 static bool run_own(const prob *p)
 {
+    if (p->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(p->m, p->n, p->k))
+        return nb_cpu_gemm_avx2(p->tb == CblasTrans ? 'T' : 'N', p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb,
+                                0.0f, p->c, p->n);
     if (p->ta == CblasNoTrans && p->tb == CblasTrans)
         return nb_cpu_gemm_dot(p->m, p->n, p->k, 1.0f, p->a, p->lda, p->b, p->ldb, 0.0f, p->c, p->n);
     if (p->ta == CblasNoTrans && p->tb == CblasNoTrans)

@@ -625,6 +625,68 @@ static void test_gemm_dot(void **state)
     }
 }
 
+/* NN and NT for many rows and a short inner dimension (gemm_avx2.c: the tuner's own way on CPUs
+ * with AVX2 but not AVX-512), A [M, K], B [K, N] or [N, K]: M below, at and past its groups of 6
+ * rows and split across 2 threads; N below, at and past its panels of 16 and past a group of 16
+ * panels; K empty, below and past its blocks of 256. It runs wherever AVX2 and FMA are (its
+ * offer to the tuner is narrower: nb_cpu_gemm_avx2_offered), and out of memory for B's panels
+ * it says it did not run and writes nothing. */
+static bool avx2_nn(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    return nb_cpu_gemm_avx2('N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static bool avx2_nt(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    return nb_cpu_gemm_avx2('T', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static bool avx2_runs(int m)
+{
+    (void)m;
+    return nb_cpu_avx2_fma();
+}
+
+/* B [K, N] (NN) or [N, K] (NT): each leading dimension past its width */
+static void nn_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
+{
+    (void)m, (void)trial;
+    *lda = k + 3, *ldb = n + 5, *ldc = n + 2;
+}
+
+static void nt_lds(int m, int n, int k, int trial, int *lda, int *ldb, int *ldc)
+{
+    (void)m, (void)trial;
+    *lda = k + 3, *ldb = k + 5, *ldc = n + 2;
+}
+
+static void test_gemm_avx2_short_k(void **state)
+{
+    static const int ms[] = {1, 5, 7, 13, 200}, ns[] = {1, 15, 17, 256, 300}, ks[] = {0, 1, 7, 257, 600};
+    own_case nn = {"gemm_avx2 NN", avx2_nn, false, false, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
+                   nn_lds, 200 * 603, 600 * 305, 206 * 302, avx2_runs};
+    own_case nt = {"gemm_avx2 NT", avx2_nt, false, true, ms, ns, ks, COUNT(ms), COUNT(ns), COUNT(ks),
+                   nt_lds, 200 * 603, 300 * 605, 206 * 302, avx2_runs};
+    run_own(&nn);
+    run_own(&nt);
+    assert_true(nb_cpu_gemm_avx2_offered(GEMM_AVX2_MIN_M, GEMM_AVX2_MAX_N, GEMM_AVX2_MAX_K) ==
+                (nb_cpu_avx2_fma() && !nb_cpu_avx512()));
+    assert_false(nb_cpu_gemm_avx2_offered(GEMM_AVX2_MIN_M - 1, 16, 16));
+    assert_false(nb_cpu_gemm_avx2_offered(GEMM_AVX2_MIN_M, GEMM_AVX2_MAX_N + 1, 16));
+    assert_false(nb_cpu_gemm_avx2_offered(GEMM_AVX2_MIN_M, 16, GEMM_AVX2_MAX_K + 1));
+    if (nb_cpu_avx2_fma()) {
+        float x[16 * 16] = {0}, y[16 * 16];
+        for (int i = 0; i < 16 * 16; i++) y[i] = -3.0f;
+        nb__cpu_alloc_fail_after(0);
+        bool ran = nb_cpu_gemm_avx2('T', 16, 16, 16, 1.0f, x, 16, x, 16, 0.0f, y, 16);
+        nb__cpu_alloc_fail_after(-1);
+        assert_false(ran);
+        for (int i = 0; i < 16 * 16; i++) assert_true(y[i] == -3.0f);
+    }
+}
+
 /* s1 == 0 never reads out (NaN stays out); K == 0 scales out by s1. */
 static void test_overwrite_and_scale(void **state)
 {
@@ -882,6 +944,7 @@ int main(void)
         cmocka_unit_test(test_gemm_rows),
         cmocka_unit_test(test_gemm_thin_k),
         cmocka_unit_test(test_gemm_dot),
+        cmocka_unit_test(test_gemm_avx2_short_k),
         cmocka_unit_test(test_overwrite_and_scale),
         cmocka_unit_test(test_blas_core), cmocka_unit_test(test_blas_core_switch),
         cmocka_unit_test(test_hand_values),

@@ -96,5 +96,19 @@ typedef struct nb_cpu_avx2_b nb_cpu_avx2_b;
 nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb);
 void nb_cpu_avx2_b_free(nb_cpu_avx2_b *p);
 void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc);
+/* The same kernel as a product of its own, C = alpha A op(B) + beta C (tb 'N': B [k, n]; 'T': B
+ * [n, k]; row-major, leading dimensions; beta 0 never reads C), B packed times alpha for the call
+ * and the rows split across the threads: the gemm tuner's own way (gemm.c, way 5) for NN and NT
+ * products of many rows and a short inner dimension on CPUs with AVX2 and FMA but not AVX-512
+ * (nb_cpu_gemm_avx2_offered: M from GEMM_AVX2_MIN_M, N up to GEMM_AVX2_MAX_N, K up to
+ * GEMM_AVX2_MAX_K), where the libraries spend much of such a product outside their inner loops
+ * (ResNet-50's 1x1 layers at 56x56, a convolution's product over windows). False (nothing
+ * written) where it does not run: no AVX2 and FMA, or no memory for B's panels. */
+#define GEMM_AVX2_MIN_M 128
+#define GEMM_AVX2_MAX_N 2048
+#define GEMM_AVX2_MAX_K 1152
+bool nb_cpu_gemm_avx2(char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool nb_cpu_gemm_avx2_offered(int64_t m, int64_t n, int64_t k);
 
 #endif

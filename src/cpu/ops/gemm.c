@@ -192,13 +192,18 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
  * against 33.2; and its own TN kernel for K up to 64 (gemm_thin.c), a weight gradient on a small
  * batch, which keeps all of K in registers and writes C once with streaming stores; and its own NT
  * kernel for up to 32 rows (gemm_dot.c), a linear layer's forward on a small batch, dot products
- * along K that read the weight once.
+ * along K that read the weight once. With AVX2 and FMA but not AVX-512 it is also the LSTM step's
+ * kernel as a product of its own (gemm_avx2.c) for NN and NT products of many rows, up to 2048
+ * columns and a short K (ResNet-50's 1x1 layers at 56x56, the convolutions' products over
+ * windows): Zen 3, best of 9, ms, 1 / 2 threads, NN 50176x256x64 19.9 / 12.7 against 26.2 / 14.0
+ * on the better library (oneDNN's), but NT 5194x64x800 9.3 against 7.8 at 1 thread.
  * So each shape (with its thread count) of at least TUNE_MIN_FLOPS is timed on each way, on
  * every CPU: its first call follows the rules (it warms the caches and the pages of C), the next
  * ones run OpenBLAS, oneDNN, transposed, matmul, own, own, matmul, transposed, oneDNN, OpenBLAS,
  * timed (the transposed ones only where that way is offered, the matmul ones only with oneDNN's
  * AVX-512 kernels, the own ones only for NN products of few rows and TN ones of short K with
- * nabla's AVX-512 kernels and NT ones of few rows with those or its AVX2 ones), and
+ * nabla's AVX-512 kernels, NT ones of few rows with those or its AVX2 ones, and NN and NT ones
+ * of many rows and short K with its AVX2 ones alone), and
  * the way with the shortest best time runs every later call in the process. No product is run
  * twice. Without the matmul way, NT products of 16-64 rows take their transposed route
  * (small_m_nt) as way 3 and by rule. On Zen 3 (no AVX-512) that route and nabla's own AVX2 kernel
@@ -214,9 +219,10 @@ static bool gemm_small_m_nt(const gemm_job *j, const float *a, const float *b, f
 #define TRANSPOSED_MAX_C (1 << 24) /* elements of C: 64 MB of scratch */
 
 /* ways: 1 = OpenBLAS, 2 = oneDNN's sgemm, 3 = the transposed product (OpenBLAS's, or oneDNN's
- * for small_m_nt's shapes: gemm_small_m_nt), 4 = oneDNN's
- * matmul primitive, 5 = nabla's own kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c; NT of
- * few rows: gemm_dot.c), 6 = nabla's AMX product (gemm_amx.c, where nb_cpu_amx()) */
+ * for small_m_nt's shapes: gemm_small_m_nt), 4 = oneDNN's matmul primitive, 5 = nabla's own
+ * kernels (NN of few rows: gemm_rows.c; TN of short K: gemm_thin.c; NT of few rows: gemm_dot.c;
+ * NN and NT of many rows and short K: gemm_avx2.c), 6 = nabla's AMX product (gemm_amx.c, where
+ * nb_cpu_amx()) */
 static nb_tuner g_tuner = NB_TUNER_INIT("NABLA_GEMM_TUNE", true, 13, 0, 1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1);
 
 static bool transposed_offered(const gemm_job *j)
@@ -230,13 +236,15 @@ static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
 
 /* nabla's own kernels, for NN products of few rows (gemm_rows.c) and TN ones with a short inner
  * dimension (gemm_thin.c), run where its AVX-512 kernels do; NT ones of few rows (gemm_dot.c)
- * with AVX-512 or with AVX2 and FMA, up to the rows its kernel there takes. */
+ * with AVX-512 or with AVX2 and FMA, up to the rows its kernel there takes; NN and NT ones of
+ * many rows and a short inner dimension (gemm_avx2.c) with AVX2 and FMA but not AVX-512. */
 static bool own_offered(const gemm_job *j)
 {
     bool nn = j->ta == CblasNoTrans && j->tb == CblasNoTrans && j->m <= GEMM_ROWS_MAX_M;
     bool tn = j->ta == CblasTrans && j->tb == CblasNoTrans && j->k <= GEMM_THIN_MAX_K;
     bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= nb_cpu_gemm_dot_max_m();
-    return ((nn || tn) && nb_cpu_avx512()) || nt;
+    bool short_k = j->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(j->m, j->n, j->k);
+    return ((nn || tn) && nb_cpu_avx512()) || nt || short_k;
 }
 
 /* nabla's AMX product: where the CPU and Linux have AMX, for beta 0 (C overwritten). */
@@ -253,6 +261,9 @@ static bool gemm_amx(const gemm_job *j, const float *a, const float *b, float *c
 /* Way 5 for j: false (nothing written) where it does not run. */
 static bool gemm_own(const gemm_job *j, const float *a, const float *b, float *c)
 {
+    if (j->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(j->m, j->n, j->k))
+        return nb_cpu_gemm_avx2(j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k, (float)j->alpha, a, j->lda, b,
+                                j->ldb, (float)j->beta, c, j->ldc);
     if (j->tb == CblasTrans)
         return nb_cpu_gemm_dot(j->m, j->n, j->k, (float)j->alpha, a, j->lda, b, j->ldb, (float)j->beta, c, j->ldc);
     if (j->ta == CblasTrans)

@@ -15,7 +15,20 @@
  * ones add to it. Each element's sum is thus made the same way
  * whichever rows share its tile, so a thread's rows give the bits of the whole product. Alone, one
  * thread, best of 9 runs of 32 products on Zen 3: [128, 256] x [256, 1024] 0.73 ms (92 GFLOP/s;
- * OpenBLAS 0.80, oneDNN 1.45), [128, 1024] x [1024, 256] 0.75 (OpenBLAS 0.79, oneDNN 0.77). */
+ * OpenBLAS 0.80, oneDNN 1.45), [128, 1024] x [1024, 256] 0.75 (OpenBLAS 0.79, oneDNN 0.77).
+ *
+ * The same loops are also a product of their own (nb_cpu_gemm_avx2): op(B) of either layout
+ * packed times alpha for the call, the rows split across the threads in groups of 6 that share
+ * the panels, beta 1 by adding the first block too (another beta scales C first). The gemm tuner
+ * (gemm.c) offers it for NN and NT products of many rows, up to 2048 columns and a short K, on
+ * CPUs without AVX-512: each group of rows reads its A once, the panels stay in L2 and C is
+ * written once, where the libraries pack A and run their edge cases for a K of 64 to 800. Zen 3,
+ * best of 9, ms, 1 thread / 2 threads (bench/gemm_ways.c), this kernel against OpenBLAS and
+ * oneDNN's sgemm: NT 50176x256x64 19.6 / 12.2 against 30.4 / 27.8 and 19.8 / 13.3, NN
+ * 50176x256x64 19.9 / 12.7 against 28.2 / 24.6 and 26.2 / 14.0, NT 14336x32x288 5.4 / 2.6 against
+ * 6.3 / 4.4 and 6.5 / 3.1; it loses some (NT 5194x64x800 9.3 against 7.8 on oneDNN at 1 thread),
+ * hence the timing. With many columns a tile's six rows of C lie in more pages than the TLB
+ * holds: NT 4096x10000x256 (the LSTM's decoder, with its bias) took 343 ms against oneDNN's 246. */
 #include <stdint.h>
 #include <string.h>
 
@@ -40,10 +53,18 @@ void nb_cpu_avx2_b_free(nb_cpu_avx2_b *p)
     nb_cpu_free(p, sizeof *p);
 }
 
+bool nb_cpu_gemm_avx2_offered(int64_t m, int64_t n, int64_t k)
+{
+    return m >= GEMM_AVX2_MIN_M && n <= GEMM_AVX2_MAX_N && k <= GEMM_AVX2_MAX_K && nb_cpu_avx2_fma() &&
+           !nb_cpu_avx512();
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb)
+/* op(B) [k, n] times alpha into panels: tb 'N', b is [k, n] (ldb); 'T', b is [n, k] (ldb), each
+ * panel's 16 rows of b written down its columns. */
+static nb_cpu_avx2_b *pack(char tb, int64_t k, int64_t n, float alpha, const float *b, int64_t ldb)
 {
     if (!nb_cpu_avx2_fma() || k < 1 || n < 1) return NULL;
     nb_cpu_avx2_b *p = nb_cpu_alloc(sizeof *p);
@@ -58,12 +79,27 @@ nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t 
     for (int64_t j = 0; j < p->panels; j++) {
         int64_t j0 = j * NR, nr = n - j0 < NR ? n - j0 : NR;
         float *d = p->data + j * k * NR;
+        if (tb == 'T') {
+            if (nr < NR) memset(d, 0, (size_t)(k * NR) * sizeof(float));
+            for (int64_t v = 0; v < nr; v++) {
+                const float *row = b + (j0 + v) * ldb;
+                for (int64_t q = 0; q < k; q++) d[q * NR + v] = alpha * row[q];
+            }
+            continue;
+        }
         for (int64_t q = 0; q < k; q++) {
-            memcpy(d + q * NR, b + q * ldb + j0, (size_t)nr * sizeof(float));
+            if (alpha == 1.0f) memcpy(d + q * NR, b + q * ldb + j0, (size_t)nr * sizeof(float));
+            else
+                for (int64_t v = 0; v < nr; v++) d[q * NR + v] = alpha * b[q * ldb + j0 + v];
             memset(d + q * NR + nr, 0, (size_t)(NR - nr) * sizeof(float));
         }
     }
     return p;
+}
+
+nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb)
+{
+    return pack('N', k, n, 1.0f, b, ldb);
 }
 
 /* The 6 x 16 tile at c (ldc) from kc steps of A's six rows at a (lda) and b ([kc][16]): stored
@@ -99,7 +135,8 @@ __attribute__((target("avx2,fma"))) static void tile(int64_t kc, const float *re
     }
 }
 
-void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc)
+/* C [m, n] = A B with B packed, or with add C += A B. */
+static void rows(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc, bool add)
 {
     float pa[MR * KC] __attribute__((aligned(32))); /* the last rows, fewer than 6, with zero rows below */
     float part[MR * NR] __attribute__((aligned(32))); /* a tile cut by M's or N's end */
@@ -108,7 +145,7 @@ void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cp
         int64_t g1 = g + NG < b->panels ? g + NG : b->panels;
         for (int64_t q0 = 0; q0 < k; q0 += KC) {
             int64_t kc = k - q0 < KC ? k - q0 : KC;
-            bool first = q0 == 0;
+            bool first = q0 == 0 && !add;
             for (int64_t i = 0; i < m; i += MR) {
                 int mr = m - i < MR ? (int)(m - i) : MR;
                 const float *ai = a + i * lda + q0;
@@ -136,6 +173,36 @@ void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cp
     }
 }
 
+void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc)
+{
+    rows(m, a, lda, b, c, ldc, false);
+}
+
+bool nb_cpu_gemm_avx2(char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (!nb_cpu_avx2_fma()) return false;
+    if (m < 1 || n < 1) return true;
+    nb_cpu_avx2_b *p = k > 0 ? pack(tb, k, n, alpha, b, ldb) : NULL;
+    if (k > 0 && !p) return false;
+    /* the rows in groups of MR split across the threads, B's panels shared */
+    int64_t groups = (m + MR - 1) / MR;
+    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
+    if (nt > groups) nt = (int)groups;
+    if (nt < 1) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        int64_t r0 = groups * t / nt * MR, r1 = groups * (t + 1) / nt * MR;
+        if (r1 > m) r1 = m;
+        if (k == 0 || (beta != 0 && beta != 1)) /* C = beta C first (beta 0: never read) */
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t v = 0; v < n; v++) c[r * ldc + v] = beta == 0 ? 0.0f : beta * c[r * ldc + v];
+        if (k > 0 && r1 > r0) rows(r1 - r0, a + r0 * lda, lda, p, c + r0 * ldc, ldc, beta != 0);
+    }
+    nb_cpu_avx2_b_free(p);
+    return true;
+}
+
 #else
 
 nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t ldb)
@@ -147,6 +214,14 @@ nb_cpu_avx2_b *nb_cpu_avx2_pack_b(int64_t k, int64_t n, const float *b, int64_t 
 void nb_cpu_gemm_avx2_packed(int64_t m, const float *a, int64_t lda, const nb_cpu_avx2_b *b, float *c, int64_t ldc)
 {
     (void)m, (void)a, (void)lda, (void)b, (void)c, (void)ldc;
+}
+
+bool nb_cpu_gemm_avx2(char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c,
+        (void)ldc;
+    return false;
 }
 
 #endif
