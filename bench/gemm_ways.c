@@ -11,7 +11,8 @@
  *               timing), the tuner's fourth way there;
  *   own         nabla's own kernel for the shape where it has one here (the tuner's fifth way,
  *               src/cpu/ops/gemm.c's own_offered: NT of few rows gemm_dot.c, with AVX-512 or
- *               AVX2; NN of few rows gemm_rows.c and TN of short K gemm_thin.c, with AVX-512),
+ *               AVX2; NN of few rows gemm_rows.c and TN of short K gemm_thin.c, with AVX-512;
+ *               NN and NT of many rows and short K gemm_avx2.c, with AVX2 and not AVX-512),
  *               "-" where it has none;
  *   halves      with 2 threads or more: M split in two halves, each a 1-thread cblas_sgemm on
  *               its own thread, at once. It tells whether two cores give more on a product

@@ -492,8 +492,9 @@ static nb_status outer_mode(const fast *c, const rplan *p)
         return NB_OK;
     }
     /* few columns, many rows: each thread takes a share of the rows */
-    double *part = malloc((size_t)(nt + 1) * OUTER_CW * sizeof *part), *mean = part + (size_t)nt * OUTER_CW;
+    double *part = malloc((size_t)(nt + 1) * OUTER_CW * sizeof *part);
     if (!part) return nb__err(NB_ERR_OOM, "%s: out of memory", nb__op_name(c->op));
+    double *mean = part + (size_t)nt * OUTER_CW; /* after the check: no arithmetic on NULL */
     for (int64_t it = 0; it < items; it++) {
         int64_t ko = it / nch, c0 = (it % nch) * bw, cw = K - c0 < bw ? K - c0 : bw;
         for (int pass = var ? 0 : 1; pass < 2; pass++) { /* VAR: pass 0 the columns' means */
