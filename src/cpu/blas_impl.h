@@ -87,6 +87,25 @@ void nb_cpu_amx_b_free(nb_cpu_amx_b *p);
 bool nb_cpu_gemm_amx_packed(char ta, int64_t m, float alpha, const float *a, int64_t lda, const nb_cpu_amx_b *b,
                             float *c, int64_t ldc, const float *bias);
 
+/* The threads for one of nabla's own product kernels (gemm_rows.c, gemm_thin.c, gemm_dot.c,
+ * gemm_dot_avx2.c, gemm_avx2.c): one per 2^18 multiply-adds of m n k (k 0 counted as 1), at
+ * least 1 and at most `units`, the pieces the kernel splits among them. */
+static inline int nb_cpu_gemm_threads(int64_t m, int64_t n, int64_t k, int64_t units)
+{
+    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
+    return nt > units ? (units > 1 ? (int)units : 1) : nt;
+}
+
+/* Thread t of nt's part of `units` pieces of `size` each, whole pieces as even as they go:
+ * [*lo, *hi), *hi at most end. */
+static inline void nb_cpu_gemm_share(int64_t units, int64_t size, int64_t end, int t, int nt, int64_t *lo,
+                                     int64_t *hi)
+{
+    *lo = units * t / nt * size;
+    *hi = units * (t + 1) / nt * size;
+    if (*hi > end) *hi = end;
+}
+
 /* gemm_avx2.c: nabla's own float32 NN product on AVX2 and FMA with B [k, n] (row-major, ldb)
  * packed once, for many products with it on few rows (the LSTM's W_hh through a run of steps on
  * CPUs without AVX-512). The pack is NULL where the product does not run here (no AVX2 and FMA)

@@ -234,6 +234,12 @@ static bool transposed_offered(const gemm_job *j)
  * elsewhere it runs dnnl_sgemm's. */
 static bool matmul_offered(void) { return nb__dnnl_matmul_available(); }
 
+/* Whether j is an NN or NT product gemm_avx2.c's kernel takes as the own way (many rows, short K). */
+static bool avx2_short_k(const gemm_job *j)
+{
+    return j->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(j->m, j->n, j->k);
+}
+
 /* nabla's own kernels, for NN products of few rows (gemm_rows.c) and TN ones with a short inner
  * dimension (gemm_thin.c), run where its AVX-512 kernels do; NT ones of few rows (gemm_dot.c)
  * with AVX-512 or with AVX2 and FMA, up to the rows its kernel there takes; NN and NT ones of
@@ -243,8 +249,7 @@ static bool own_offered(const gemm_job *j)
     bool nn = j->ta == CblasNoTrans && j->tb == CblasNoTrans && j->m <= GEMM_ROWS_MAX_M;
     bool tn = j->ta == CblasTrans && j->tb == CblasNoTrans && j->k <= GEMM_THIN_MAX_K;
     bool nt = j->ta == CblasNoTrans && j->tb == CblasTrans && j->m <= nb_cpu_gemm_dot_max_m();
-    bool short_k = j->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(j->m, j->n, j->k);
-    return ((nn || tn) && nb_cpu_avx512()) || nt || short_k;
+    return ((nn || tn) && nb_cpu_avx512()) || nt || avx2_short_k(j);
 }
 
 /* nabla's AMX product: where the CPU and Linux have AMX, for beta 0 (C overwritten). */
@@ -261,7 +266,7 @@ static bool gemm_amx(const gemm_job *j, const float *a, const float *b, float *c
 /* Way 5 for j: false (nothing written) where it does not run. */
 static bool gemm_own(const gemm_job *j, const float *a, const float *b, float *c)
 {
-    if (j->ta == CblasNoTrans && nb_cpu_gemm_avx2_offered(j->m, j->n, j->k))
+    if (avx2_short_k(j))
         return nb_cpu_gemm_avx2(j->tb == CblasTrans ? 'T' : 'N', j->m, j->n, j->k, (float)j->alpha, a, j->lda, b,
                                 j->ldb, (float)j->beta, c, j->ldc);
     if (j->tb == CblasTrans)

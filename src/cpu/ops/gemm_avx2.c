@@ -187,13 +187,11 @@ bool nb_cpu_gemm_avx2(char tb, int64_t m, int64_t n, int64_t k, float alpha, con
     if (k > 0 && !p) return false;
     /* the rows in groups of MR split across the threads, B's panels shared */
     int64_t groups = (m + MR - 1) / MR;
-    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
-    if (nt > groups) nt = (int)groups;
-    if (nt < 1) nt = 1;
+    int nt = nb_cpu_gemm_threads(m, n, k, groups);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
-        int64_t r0 = groups * t / nt * MR, r1 = groups * (t + 1) / nt * MR;
-        if (r1 > m) r1 = m;
+        int64_t r0, r1;
+        nb_cpu_gemm_share(groups, MR, m, t, nt, &r0, &r1);
         if (k == 0 || (beta != 0 && beta != 1)) /* C = beta C first (beta 0: never read) */
             for (int64_t r = r0; r < r1; r++)
                 for (int64_t v = 0; v < n; v++) c[r * ldc + v] = beta == 0 ? 0.0f : beta * c[r * ldc + v];

@@ -124,13 +124,11 @@ bool nb_cpu_gemm_dot(int64_t m, int64_t n, int64_t k, float alpha, const float *
     if (m < 1 || m > nb_cpu_gemm_dot_max_m() || n < 1) return false;
     if (!nb_cpu_avx512()) return nb__cpu_gemm_dot_avx2(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     int64_t sixes = (n + NR - 1) / NR;
-    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
-    if (nt > sixes) nt = (int)sixes;
-    if (nt < 1) nt = 1;
+    int nt = nb_cpu_gemm_threads(m, n, k, sixes);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
-        int64_t j0 = sixes * t / nt * NR, j1 = sixes * (t + 1) / nt * NR;
-        if (j1 > n) j1 = n;
+        int64_t j0, j1;
+        nb_cpu_gemm_share(sixes, NR, n, t, nt, &j0, &j1);
         if (j0 < j1) dot_columns(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
     }
     return true;

@@ -198,9 +198,7 @@ bool nb__cpu_gemm_dot_avx2(int64_t m, int64_t n, int64_t k, float alpha, const f
                            int64_t ldb, float beta, float *c, int64_t ldc)
 {
     int64_t sixes = (n + NR - 1) / NR, pairs = (m + 1) / 2, k8 = (k + 7) / 8 * 8;
-    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
-    if (nt > sixes) nt = (int)sixes;
-    if (nt < 1) nt = 1;
+    int nt = nb_cpu_gemm_threads(m, n, k, sixes);
     size_t a_floats = a_block(pairs, k8), b_floats = KC / 8 * NR * 8;
     size_t bytes = (a_floats + (size_t)nt * b_floats) * sizeof(float);
     float *ap = nb_cpu_alloc(bytes);
@@ -215,8 +213,8 @@ bool nb__cpu_gemm_dot_avx2(int64_t m, int64_t n, int64_t k, float alpha, const f
     float *bp0 = ap + a_floats;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
-        int64_t j0 = sixes * t / nt * NR, j1 = sixes * (t + 1) / nt * NR;
-        if (j1 > n) j1 = n;
+        int64_t j0, j1;
+        nb_cpu_gemm_share(sixes, NR, n, t, nt, &j0, &j1);
         if (j0 < j1) dot_columns(m, k, alpha, ap, b, ldb, beta, c, ldc, j0, j1, bp0 + (size_t)t * b_floats);
     }
     nb_cpu_free(ap, bytes);

@@ -125,17 +125,15 @@ bool nb_cpu_gemm_rows(int64_t m, int64_t n, int64_t k, float alpha, const float 
     if (!nb_cpu_avx512() || m < 1 || m > GEMM_ROWS_MAX_M || n < 1) return false;
     /* the threads' columns: whole blocks of 64, as even as they go */
     int64_t blocks = (n + NCOL - 1) / NCOL;
-    int nt = nb_cpu_threads_for(m * n * (k ? k : 1), 1 << 18);
-    if (nt > blocks) nt = (int)blocks;
-    if (nt < 1) nt = 1;
+    int nt = nb_cpu_gemm_threads(m, n, k, blocks);
     int64_t most = (blocks + nt - 1) / nt < NCHUNK / NCOL ? (blocks + nt - 1) / nt : NCHUNK / NCOL;
     size_t per = (size_t)most * KC * NCOL * sizeof(float); /* a thread's packed K block of a chunk */
     float *pk = nb_cpu_alloc(per * (size_t)nt);
     if (!pk) return false;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
-        int64_t j0 = blocks * t / nt * NCOL, j1 = blocks * (t + 1) / nt * NCOL;
-        if (j1 > n) j1 = n;
+        int64_t j0, j1;
+        nb_cpu_gemm_share(blocks, NCOL, n, t, nt, &j0, &j1);
         for (int64_t jc = j0; jc < j1; jc += NCHUNK) /* C's chunk stays in L2 over all of K */
             rows_columns(m, k, alpha, a, lda, b, ldb, beta, c, ldc, jc, jc + NCHUNK < j1 ? jc + NCHUNK : j1,
                          pk + (size_t)t * (per / sizeof(float)));

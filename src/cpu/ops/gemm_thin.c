@@ -108,12 +108,12 @@ bool nb_cpu_gemm_thin_k(int64_t m, int64_t n, int64_t k, float alpha, const floa
     for (int t = 0; t < nt; t++) {
         float *mine = pa + (size_t)t * per;
         if (by_rows) {
-            int64_t g = (m + MR - 1) / MR, i0 = g * t / nt * MR, i1 = g * (t + 1) / nt * MR;
-            if (i1 > m) i1 = m;
+            int64_t i0, i1;
+            nb_cpu_gemm_share((m + MR - 1) / MR, MR, m, t, nt, &i0, &i1);
             if (i0 < i1) thin_part(k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, 0, n, mine, stream);
         } else {
-            int64_t j0 = blocks * t / nt * NCOL, j1 = blocks * (t + 1) / nt * NCOL;
-            if (j1 > n) j1 = n;
+            int64_t j0, j1;
+            nb_cpu_gemm_share(blocks, NCOL, n, t, nt, &j0, &j1);
             if (j0 < j1) thin_part(k, alpha, a, lda, b, ldb, beta, c, ldc, 0, m, j0, j1, mine, stream);
         }
     }
